@@ -1,0 +1,173 @@
+package limits
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// benchKeys returns 1,000,000 distinct keys like "client-000123" in a fixed
+// pseudo-random order. They are built once, so the benchmark loops allocate
+// nothing, and their bytes lie in one block in the order the loops read them,
+// so that what is measured is the structure under test, not cache misses on
+// the keys themselves.
+var benchKeys = sync.OnceValue(func() []string {
+	const n = 1_000_000
+	order := rand.New(rand.NewPCG(42, 42)).Perm(n)
+	var buf []byte
+	for _, i := range order {
+		buf = fmt.Appendf(buf, "client-%06d", i)
+	}
+	all := string(buf)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i], all = all[:13], all[13:]
+	}
+	return keys
+})
+
+// hotKeys returns the first 1,024 keys: few enough to stay in cache, as in the
+// reference measurements of pingora-limits.
+func hotKeys() []string { return benchKeys()[:1024] }
+
+// mutexMap is the baseline: an exact count per key under one mutex.
+type mutexMap struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+// newMutexMap returns a mutexMap holding every key. It stores copies, as a
+// server's map holds the strings of the requests that first used its keys,
+// not the memory of the request at hand.
+func newMutexMap(keys []string) *mutexMap {
+	m := &mutexMap{m: make(map[string]int64, len(keys))}
+	for _, k := range keys {
+		m.m[strings.Clone(k)] = 0
+	}
+	return m
+}
+
+func (m *mutexMap) incr(k string) {
+	m.mu.Lock()
+	m.m[k]++
+	m.mu.Unlock()
+}
+
+// benchGoroutines is how many goroutines the parallel benchmarks run.
+const benchGoroutines = 8
+
+// runSerial calls op on each key in turn, one goroutine.
+func runSerial(b *testing.B, keys []string, op func(string)) {
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		op(keys[i])
+		if i++; i == len(keys) {
+			i = 0
+		}
+	}
+}
+
+// runParallel calls op from benchGoroutines goroutines, each walking the keys
+// from its own offset.
+func runParallel(b *testing.B, keys []string, op func(string)) {
+	b.ReportAllocs()
+	b.SetParallelism(max(1, benchGoroutines/runtime.GOMAXPROCS(0)))
+	var next atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(1)) * len(keys) / benchGoroutines % len(keys)
+		for pb.Next() {
+			op(keys[i])
+			if i++; i == len(keys) {
+				i = 0
+			}
+		}
+	})
+}
+
+// benchOps are the operations compared, each with the baseline.
+func benchOps(keys []string) []struct {
+	name string
+	op   func(string)
+} {
+	m := newMutexMap(keys)
+	e := NewEstimator(4, 1024)
+	r := NewRate(time.Second)
+	in := NewInflight()
+	return []struct {
+		name string
+		op   func(string)
+	}{
+		{"MutexMap", m.incr},
+		{"Estimator.Incr", func(k string) { e.Incr(k, 1) }},
+		{"Rate.Observe", func(k string) { r.Observe(k, 1) }},
+		{"Inflight.IncrClose", func(k string) {
+			g, _ := in.Incr(k, 1)
+			g.Close()
+		}},
+	}
+}
+
+// BenchmarkKeys1M runs each operation over 1,000,000 distinct keys against
+// the mutex map baseline, serially and from 8 goroutines.
+func BenchmarkKeys1M(b *testing.B) {
+	keys := benchKeys()
+	for _, o := range benchOps(keys) {
+		b.Run(o.name, func(b *testing.B) { runSerial(b, keys, o.op) })
+		b.Run(o.name+"/parallel", func(b *testing.B) { runParallel(b, keys, o.op) })
+	}
+}
+
+// BenchmarkHot1024 runs each operation over 1,024 keys, the workload of the
+// pingora-limits reference figures.
+func BenchmarkHot1024(b *testing.B) {
+	keys := hotKeys()
+	for _, o := range benchOps(keys) {
+		b.Run(o.name, func(b *testing.B) { runSerial(b, keys, o.op) })
+		b.Run(o.name+"/parallel", func(b *testing.B) { runParallel(b, keys, o.op) })
+	}
+}
+
+// BenchmarkMemory reports the bytes each structure holds: the heap of the
+// mutex map filled with 1,000,000 keys, its copies of the keys included, and
+// the fixed counters of the sketches.
+func BenchmarkMemory(b *testing.B) {
+	keys := benchKeys()
+	heap := func() uint64 {
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	b.Run("MutexMap", func(b *testing.B) {
+		var held uint64
+		for b.Loop() {
+			before := heap()
+			m := newMutexMap(keys)
+			held = heap() - before
+			runtime.KeepAlive(m)
+		}
+		b.ReportMetric(float64(held), "bytes-held")
+	})
+	for _, s := range []struct {
+		name string
+		size func() int
+	}{
+		{"Estimator", func() int { return NewEstimator(4, 1024).Size() }},
+		{"Rate", func() int { return NewRate(time.Second).Size() }},
+		{"Inflight", func() int { return NewInflight().Size() }},
+	} {
+		b.Run(s.name, func(b *testing.B) {
+			var held int
+			for b.Loop() {
+				held = s.size()
+			}
+			b.ReportMetric(float64(held), "bytes-held")
+		})
+	}
+}

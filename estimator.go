@@ -1,0 +1,167 @@
+package limits
+
+import (
+	"fmt"
+	"hash/maphash"
+	"math"
+	"math/bits"
+	"math/rand/v2"
+	"sync/atomic"
+)
+
+// Estimator is a lock-free count-min sketch: it estimates a count per key in
+// fixed memory, whatever the number of keys.
+//
+// It holds a matrix of hashes rows by slots columns of atomic int64 counters,
+// hashes*slots*8 bytes in all. Each key maps to one cell per row; Incr adds to
+// those cells and the estimate is the smallest of them. Keys that share a
+// cell in every row are counted together, so an estimate can be too high but,
+// while every delta is non-negative, never too low.
+//
+// How far too high depends on the number of distinct keys counted, not on the
+// rate: if N is the sum of all deltas added, an estimate exceeds the true count
+// by at most e*N/slots (e = 2.718...) with probability at least
+// 1 - e^-hashes. With 4 rows of 1024 slots and N = 1,000,000 events the bound
+// is about 2,655 events, so size slots from the number of distinct keys you
+// expect, not from the traffic.
+//
+// Each call hashes its key once, with hash/maphash under a seed drawn at
+// random for each Estimator; each row then places that hash with its own
+// random seed. Nobody can craft keys offline that collide in a given
+// Estimator. (An unseeded hash would not do: xxhash with its fixed seed can be
+// inverted, so a key colliding with any known key is found in microseconds.)
+//
+// Counters wrap on overflow, as Go's integer arithmetic does: a cell pushed
+// past math.MaxInt64 continues from math.MinInt64, and the estimate, the
+// smallest cell, then turns negative. At a billion events a second a single
+// cell takes 292 years to get there.
+//
+// All methods are safe for concurrent use and allocate nothing. The zero value
+// is not usable; call NewEstimator.
+type Estimator struct {
+	seed  maphash.Seed   // seeds the key hash
+	slots uint64         // columns per row
+	rows  []row          // one per row
+	cells []atomic.Int64 // len(rows)*slots counters, row after row
+}
+
+// NewEstimator returns an Estimator with the given number of rows (hashes) and
+// columns (slots). More slots reduce the over-count; more hashes make the
+// bound hold with higher probability. It panics if hashes < 1 or slots < 1.
+func NewEstimator(hashes, slots int) *Estimator {
+	return newEstimator(hashes, slots, maphash.MakeSeed())
+}
+
+// newEstimator is NewEstimator with the key-hash seed given, so that the two
+// Estimators of a Rate accept the same pre-computed hash.
+func newEstimator(hashes, slots int, seed maphash.Seed) *Estimator {
+	if hashes < 1 {
+		panic(fmt.Sprintf("limits: hashes must be >= 1, got %d", hashes))
+	}
+	if slots < 1 {
+		panic(fmt.Sprintf("limits: slots must be >= 1, got %d", slots))
+	}
+	if hashes > math.MaxInt/slots {
+		panic(fmt.Sprintf("limits: %d hashes x %d slots is too large", hashes, slots))
+	}
+	e := &Estimator{
+		seed:  seed,
+		slots: uint64(slots),
+		rows:  make([]row, hashes),
+		cells: make([]atomic.Int64, hashes*slots),
+	}
+	for i := range e.rows {
+		e.rows[i] = row{seed: rand.Uint64(), first: uint64(i * slots)}
+	}
+	return e
+}
+
+// Hash returns the hash of key that the Hash variants of e's methods take:
+// IncrHash(e.Hash(b), d) counts the same key as Incr(string(b), d), without
+// converting b to a string.
+func (e *Estimator) Hash(key []byte) uint64 {
+	return maphash.Bytes(e.seed, key)
+}
+
+// HashString is Hash for a string key.
+func (e *Estimator) HashString(key string) uint64 {
+	return maphash.String(e.seed, key)
+}
+
+// Incr adds delta to key's count and returns its new estimate. A negative
+// delta subtracts; once deltas are negative the estimate may be too low as
+// well as too high.
+func (e *Estimator) Incr(key string, delta int64) int64 {
+	return e.IncrHash(e.HashString(key), delta)
+}
+
+// IncrHash is Incr for a key already hashed with Hash or HashString.
+//
+// Any well-mixed 64-bit hash works, as the rows still place it under their
+// own random seeds, but keys whose hashes are equal are then always counted
+// together, and a hash without a secret seed lets others choose such keys.
+func (e *Estimator) IncrHash(h uint64, delta int64) int64 {
+	est := int64(math.MaxInt64)
+	for _, r := range e.rows {
+		if v := e.cells[e.cell(r, h)].Add(delta); v < est {
+			est = v
+		}
+	}
+	return est
+}
+
+// Decr subtracts delta from key's count. It is Incr with -delta, for callers
+// that take back what they added.
+func (e *Estimator) Decr(key string, delta int64) {
+	e.IncrHash(e.HashString(key), -delta)
+}
+
+// DecrHash is Decr for a key already hashed with Hash or HashString.
+func (e *Estimator) DecrHash(h uint64, delta int64) {
+	e.IncrHash(h, -delta)
+}
+
+// Get returns key's estimated count without changing it.
+func (e *Estimator) Get(key string) int64 {
+	return e.GetHash(e.HashString(key))
+}
+
+// GetHash is Get for a key already hashed with Hash or HashString.
+func (e *Estimator) GetHash(h uint64) int64 {
+	est := int64(math.MaxInt64)
+	for _, r := range e.rows {
+		if v := e.cells[e.cell(r, h)].Load(); v < est {
+			est = v
+		}
+	}
+	return est
+}
+
+// Reset sets every count to zero. It is not atomic as a whole: an Incr that
+// runs concurrently may find some of its cells reset and others not.
+func (e *Estimator) Reset() {
+	for i := range e.cells {
+		e.cells[i].Store(0)
+	}
+}
+
+// Size returns the memory held by e's counters, in bytes.
+func (e *Estimator) Size() int {
+	return len(e.cells) * 8
+}
+
+// row places keys in one row of an Estimator.
+type row struct {
+	seed  uint64 // mixed into the key's hash
+	first uint64 // index in cells of the row's first counter
+}
+
+// cell returns the index in e.cells of key hash h in row r.
+func (e *Estimator) cell(r row, h uint64) uint64 {
+	// A folded 128-bit multiply (as in wyhash) spreads every bit of the
+	// seeded hash over the word; Lemire's multiply-shift then maps it onto
+	// [0, slots) without a division.
+	hi, lo := bits.Mul64(h^r.seed, 0x9e3779b97f4a7c15)
+	col, _ := bits.Mul64(hi^lo, e.slots)
+	return r.first + col
+}

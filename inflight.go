@@ -1,0 +1,112 @@
+package limits
+
+// Inflight counts events in progress per key, such as open requests or
+// connections per client: Incr counts an event in and returns a Guard whose
+// Close counts it out.
+//
+// Counts are count-min estimates (see Estimator), so keys that collide in
+// every row are counted together and a count can be too high, never too low.
+// All methods are safe for concurrent use, take no locks and allocate
+// nothing. The zero value is not usable; call NewInflight.
+type Inflight struct {
+	est *Estimator
+}
+
+// NewInflight returns an Inflight of 4 hashes x 8192 slots (256 KiB).
+func NewInflight() *Inflight {
+	return NewInflightSize(4, 8192)
+}
+
+// NewInflightSize returns an Inflight with the given hashes and slots (see
+// NewEstimator). It panics if hashes < 1 or slots < 1.
+func NewInflightSize(hashes, slots int) *Inflight {
+	return &Inflight{est: NewEstimator(hashes, slots)}
+}
+
+// Size returns the memory held by in's counters, in bytes.
+func (in *Inflight) Size() int { return in.est.Size() }
+
+// Hash returns the hash of key that IncrHash and GetHash take, for keys held
+// as bytes.
+func (in *Inflight) Hash(key []byte) uint64 { return in.est.Hash(key) }
+
+// HashString is Hash for a string key.
+func (in *Inflight) HashString(key string) uint64 { return in.est.HashString(key) }
+
+// Incr counts n events in for key and returns a Guard that counts them out,
+// with key's estimated count, these events included. Call Close on the Guard,
+// typically with defer, when the events end.
+//
+// n should be positive; n == 0 returns a Guard that gives back nothing, and a
+// negative n makes the count too low until the Guard is closed.
+func (in *Inflight) Incr(key string, n int64) (Guard, int64) {
+	return in.IncrHash(in.est.HashString(key), n)
+}
+
+// IncrHash is Incr for a key already hashed with Hash or HashString.
+func (in *Inflight) IncrHash(h uint64, n int64) (Guard, int64) {
+	return Guard{est: in.est, h: h, n: n}, in.est.IncrHash(h, n)
+}
+
+// Get returns key's estimated count of events in progress.
+func (in *Inflight) Get(key string) int64 {
+	return in.est.Get(key)
+}
+
+// GetHash is Get for a key already hashed with Hash or HashString.
+func (in *Inflight) GetHash(h uint64) int64 {
+	return in.est.GetHash(h)
+}
+
+// Guard holds the events one Inflight.Incr counted in, and gives them back
+// when closed.
+//
+// A Guard is a value: keep it in one variable and call its methods through
+// that variable (defer g.Close() does). Close then gives back exactly what
+// Incr and Guard.Incr added, once, however many times it is called. A copy
+// made before Close would give the same events back a second time, and go
+// vet reports such copies. A Guard is not safe for concurrent use. The zero
+// Guard holds nothing and its methods do nothing.
+type Guard struct {
+	_   noCopy
+	est *Estimator // nil once closed
+	h   uint64
+	n   int64 // events held, given back by Close
+}
+
+// Incr counts n more events in for the Guard's key and returns the key's
+// estimated count. Close gives these back too. After Close, Incr adds
+// nothing and returns 0.
+func (g *Guard) Incr(n int64) int64 {
+	if g.est == nil {
+		return 0
+	}
+	g.n += n
+	return g.est.IncrHash(g.h, n)
+}
+
+// Held returns the number of events the Guard holds: what Close will give
+// back, or 0 once closed.
+func (g *Guard) Held() int64 {
+	if g.est == nil {
+		return 0
+	}
+	return g.n
+}
+
+// Close counts out every event the Guard holds. Calls after the first do
+// nothing.
+func (g *Guard) Close() {
+	if g.est == nil {
+		return
+	}
+	g.est.DecrHash(g.h, g.n)
+	g.est = nil
+}
+
+// noCopy makes go vet's copylocks check report copies of the struct that
+// holds it.
+type noCopy struct{}
+
+func (*noCopy) Lock()   {}
+func (*noCopy) Unlock() {}
