@@ -99,6 +99,8 @@ func benchOps(keys []string) []struct {
 	e := NewEstimator(4, 1024)
 	r := NewRate(time.Second)
 	in := NewInflight()
+	// Limits no key reaches in a benchmark, so that every call charges.
+	g := NewGCRA(1_000_000_000, time.Second)
 	return []struct {
 		name string
 		op   func(string)
@@ -110,6 +112,7 @@ func benchOps(keys []string) []struct {
 			g, _ := in.Incr(k, 1)
 			g.Close()
 		}},
+		{"GCRA.Allow", func(k string) { g.Allow(k) }},
 	}
 }
 
@@ -131,6 +134,32 @@ func BenchmarkHot1024(b *testing.B) {
 		b.Run(o.name, func(b *testing.B) { runSerial(b, keys, o.op) })
 		b.Run(o.name+"/parallel", func(b *testing.B) { runParallel(b, keys, o.op) })
 	}
+}
+
+// BenchmarkGate measures a Gate's TryEnter and Release, serially and from 8
+// goroutines, against a sync.Mutex around an int, the least a shared
+// counter of callers inside can cost.
+func BenchmarkGate(b *testing.B) {
+	keys := hotKeys()
+	g := NewGate(1 << 20)
+	var mu sync.Mutex
+	inside := 0
+	mutexCounter := func(string) {
+		mu.Lock()
+		inside++
+		mu.Unlock()
+		mu.Lock()
+		inside--
+		mu.Unlock()
+	}
+	gate := func(string) {
+		p, _ := g.TryEnter()
+		p.Release()
+	}
+	b.Run("MutexCounter", func(b *testing.B) { runSerial(b, keys, mutexCounter) })
+	b.Run("MutexCounter/parallel", func(b *testing.B) { runParallel(b, keys, mutexCounter) })
+	b.Run("Gate.TryEnterRelease", func(b *testing.B) { runSerial(b, keys, gate) })
+	b.Run("Gate.TryEnterRelease/parallel", func(b *testing.B) { runParallel(b, keys, gate) })
 }
 
 // BenchmarkMemory reports the bytes each structure holds: the heap of the

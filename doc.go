@@ -1,5 +1,5 @@
 // Package limits provides rate limiting and capacity control for Go services:
-// counters that are safe to call on every request, in fixed or bounded memory.
+// limiters cheap enough to call on every request, in fixed or bounded memory.
 //
 // A service needs answers to three different questions, and one type does
 // not answer them all:
@@ -7,18 +7,21 @@
 //   - How fast may this caller go? That is fairness between callers. Rate
 //     estimates each key's events per window in fixed memory, however many
 //     keys there are, with counts that can be too high but never too low.
+//     GCRA limits each key exactly, with a bounded table of keys.
 //   - How much may this account use per day? That is a quota, and it must be
-//     exact: an exact per-key limiter with a long period.
+//     exact: a GCRA with a long period. ParseLimit reads limits such as
+//     "5000/day" from configuration.
 //   - Can this process take one more request now? That is survival, and no
 //     per-caller count answers it: a hundred well-behaved callers can each
-//     pass their own limit and together sink the machine. Inflight counts
-//     events in progress per key; a global gate caps them for the process.
+//     pass their own limit and together sink the machine. Gate caps the
+//     requests in flight in the whole process; Inflight counts them per key.
 //
 // Estimator is the count-min sketch under Rate and Inflight, for counting
 // anything else per key in fixed memory.
 //
-// The counting types are a port of Cloudflare's pingora-limits with its
-// known faults fixed: Rate never panics, whatever the interval, never moves
-// its windows back nor clears a completed window early, and keeps its windows
-// on a fixed grid; an Inflight Guard gives back exactly what it took.
+// Rate, Inflight and Estimator are a port of Cloudflare's pingora-limits
+// with its known faults fixed: Rate never panics, whatever the interval,
+// never moves its windows back nor clears a completed window early, and
+// keeps its windows on a fixed grid; an Inflight Guard gives back exactly
+// what it took.
 package limits

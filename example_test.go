@@ -80,3 +80,56 @@ func ExampleGuard_Incr() {
 	// 5
 	// 0
 }
+
+func ExampleGCRA() {
+	// 2 requests per second per key, in a burst of at most 2.
+	g := limits.NewGCRA(2, time.Second)
+	now := time.Now()
+	for range 3 {
+		d := g.AllowNAt(now, "alice", 1)
+		fmt.Println(d.Allowed, d.Remaining, d.RetryAfter, d.Reason)
+	}
+	d := g.AllowNAt(now.Add(500*time.Millisecond), "alice", 1)
+	fmt.Println(d.Allowed, d.Remaining, d.ResetAfter)
+	// Output:
+	// true 1 0s allowed
+	// true 0 0s allowed
+	// false 0 500ms rate_limited
+	// true 0 1s
+}
+
+func ExampleGCRA_AllowN() {
+	g := limits.NewGCRA(10, time.Minute, limits.WithBurst(5))
+	fmt.Println(g.AllowN("upload", 4).Remaining)
+	fmt.Println(g.AllowN("upload", 20).Reason) // can never fit in a burst of 5
+	fmt.Println(g.AllowN("upload", -1).Reason)
+	// Output:
+	// 1
+	// cost_above_burst
+	// invalid_cost
+}
+
+func ExampleParseLimit() {
+	l, err := limits.ParseLimit("100/min")
+	fmt.Println(l.Events, l.Period, err)
+	_, err = limits.ParseLimit("100 per minute")
+	fmt.Println(err)
+	// Output:
+	// 100 1m0s <nil>
+	// limits: invalid limit "100 per minute": want events/period, such as 100/min
+}
+
+func ExampleGate() {
+	gate := limits.NewGate(1)
+	p, ok := gate.TryEnter()
+	fmt.Println("first:", ok)
+	_, ok = gate.TryEnter()
+	fmt.Println("second:", ok)
+	p.Release()
+	s := gate.Stats()
+	fmt.Println("in flight:", s.InFlight, "admitted:", s.Admitted, "shed:", s.Shed)
+	// Output:
+	// first: true
+	// second: false
+	// in flight: 0 admitted: 1 shed: 1
+}

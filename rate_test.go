@@ -136,9 +136,8 @@ func TestRateComponents(t *testing.T) {
 	})
 }
 
-// TestRatePingoraExpectations replays the sequences of pingora-limits' own
-// rate tests: a 90/10 weighted rate and the proportional rate.
-func TestRatePingoraExpectations(t *testing.T) {
+// TestRatePingora9010 replays pingora-limits' test_observe_rate_custom_90_10.
+func TestRatePingora9010(t *testing.T) {
 	weighted := func(c RateComponents) float64 {
 		return (float64(c.Prev)*0.1 + float64(c.Curr)*0.9) / c.Interval.Seconds()
 	}
@@ -150,43 +149,58 @@ func TestRatePingoraExpectations(t *testing.T) {
 		if got := r.Observe("k", 2); got != 5 {
 			t.Errorf("Observe = %d, want 5", got)
 		}
-		if got := r.Rate("k"); got != 0 {
-			t.Errorf("Rate in the first window = %v, want 0", got)
-		}
 		if got := r.RateWith("k", weighted); got != 5*0.9 {
-			t.Errorf("weighted rate = %v, want %v", got, 5*0.9)
-		}
-		if got := r.RateWith("k", ProportionalRate); got != 5 {
-			t.Errorf("proportional rate = %v, want 5", got)
+			t.Errorf("second 0: %v, want %v", got, 5*0.9)
 		}
 		time.Sleep(time.Second)
 		if got := r.Observe("k", 4); got != 4 {
-			t.Errorf("Observe in window 1 = %d, want 4", got)
-		}
-		if got := r.Rate("k"); got != 5 {
-			t.Errorf("Rate = %v, want 5", got)
+			t.Errorf("Observe in second 1 = %d, want 4", got)
 		}
 		if got := r.RateWith("k", weighted); got != 5*0.1+4*0.9 {
-			t.Errorf("weighted rate = %v, want %v", got, 5*0.1+4*0.9)
+			t.Errorf("second 1: %v, want %v", got, 5*0.1+4*0.9)
 		}
-		time.Sleep(500 * time.Millisecond)
-		if got := r.RateWith("k", ProportionalRate); got != 5*0.5+4 {
-			t.Errorf("proportional rate half way = %v, want %v", got, 5*0.5+4)
+		time.Sleep(time.Second)
+		if got := r.RateWith("k", weighted); got != 4*0.1 {
+			t.Errorf("second 2: %v, want %v", got, 4*0.1)
 		}
-		time.Sleep(500 * time.Millisecond)
-		if got := r.Rate("k"); got != 4 {
-			t.Errorf("Rate = %v, want 4", got)
-		}
-		if got := r.RateWith("k", ProportionalRate); got != 4 {
-			t.Errorf("proportional rate = %v, want 4", got)
-		}
-		time.Sleep(2 * time.Second)
-		if got := r.Rate("k"); got != 0 {
-			t.Errorf("Rate after 2 idle seconds = %v, want 0", got)
-		}
+		time.Sleep(time.Second)
 		if got := r.RateWith("k", weighted); got != 0 {
-			t.Errorf("weighted rate after 2 idle seconds = %v, want 0", got)
+			t.Errorf("second 3: %v, want 0", got)
 		}
+	})
+}
+
+// TestRatePingoraProportional replays pingora-limits'
+// test_observe_rate_custom_proportional. pingora compares within 0.15, as
+// its clock moves; in a synctest bubble the values are exact.
+func TestRatePingoraProportional(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := NewRate(time.Second)
+		check := func(when string, got, want float64) {
+			t.Helper()
+			if got != want {
+				t.Errorf("%s: %v, want %v", when, got, want)
+			}
+		}
+		check("observe", float64(r.Observe("k", 3)), 3)
+		check("observe", float64(r.Observe("k", 2)), 5)
+		check("second 0 proportional", r.RateWith("k", ProportionalRate), 5)
+		time.Sleep(500 * time.Millisecond)
+		check("second 0.5 proportional", r.RateWith("k", ProportionalRate), 5)
+		check("second 0.5 rate", r.Rate("k"), 0)
+		time.Sleep(500 * time.Millisecond)
+		check("observe", float64(r.Observe("k", 4)), 4)
+		check("second 1 proportional", r.RateWith("k", ProportionalRate), 9)
+		time.Sleep(750 * time.Millisecond)
+		check("second 1.75 proportional", r.RateWith("k", ProportionalRate), 5*0.25+4)
+		time.Sleep(250 * time.Millisecond)
+		check("second 2 proportional", r.RateWith("k", ProportionalRate), 4)
+		check("second 2 rate", r.Rate("k"), 4)
+		time.Sleep(500 * time.Millisecond)
+		check("second 2.5 proportional", r.RateWith("k", ProportionalRate), 4.0/2)
+		check("second 2.5 rate", r.Rate("k"), 4)
+		time.Sleep(time.Second)
+		check("second 3.5 proportional", r.RateWith("k", ProportionalRate), 0)
 	})
 }
 
