@@ -1,0 +1,3 @@
+// Package httplimit provides net/http middleware that limits requests with
+// the limiters of package limits.
+package httplimit
