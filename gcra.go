@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -148,25 +149,44 @@ func WithMaxKeys(n int) GCRAOption { return func(o *gcraOptions) { o.maxKeys = n
 // NewGCRA returns a GCRA allowing each key limit events per period. It
 // panics if limit, period, the burst or the maximum number of keys is not
 // positive, or if burst*T, the time to recover a full burst, exceeds about
-// 73 years.
+// 73 years; NewGCRAFor returns these as errors.
 func NewGCRA(limit int, period time.Duration, opts ...GCRAOption) *GCRA {
+	g, err := newGCRA(limit, period, opts)
+	if err != nil {
+		panic(err.Error())
+	}
+	return g
+}
+
+// NewGCRAFor returns a GCRA allowing each key l.Events per l.Period, or an
+// error wrapping ErrInvalidLimit where NewGCRA would panic: the constructor
+// for limits read at run time, as from ParseLimit.
+func NewGCRAFor(l Limit, opts ...GCRAOption) (*GCRA, error) {
+	g, err := newGCRA(l.Events, l.Period, opts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidLimit, strings.TrimPrefix(err.Error(), "limits: "))
+	}
+	return g, nil
+}
+
+func newGCRA(limit int, period time.Duration, opts []GCRAOption) (*GCRA, error) {
 	o := gcraOptions{burst: limit, maxKeys: DefaultMaxKeys}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	switch {
 	case limit < 1:
-		panic(fmt.Sprintf("limits: limit must be >= 1, got %d", limit))
+		return nil, fmt.Errorf("limits: limit must be >= 1, got %d", limit)
 	case period <= 0:
-		panic(fmt.Sprintf("limits: period must be > 0, got %v", period))
+		return nil, fmt.Errorf("limits: period must be > 0, got %v", period)
 	case o.burst < 1:
-		panic(fmt.Sprintf("limits: burst must be >= 1, got %d", o.burst))
+		return nil, fmt.Errorf("limits: burst must be >= 1, got %d", o.burst)
 	case o.maxKeys < 1:
-		panic(fmt.Sprintf("limits: max keys must be >= 1, got %d", o.maxKeys))
+		return nil, fmt.Errorf("limits: max keys must be >= 1, got %d", o.maxKeys)
 	}
 	t := emissionInterval(limit, period)
 	if t > maxSpan/int64(o.burst) {
-		panic(fmt.Sprintf("limits: a burst of %d at one event per %v takes too long to recover", o.burst, time.Duration(t)))
+		return nil, fmt.Errorf("limits: a burst of %d at one event per %v takes too long to recover", o.burst, time.Duration(t))
 	}
 	g := &GCRA{
 		limit:   limit,
@@ -182,7 +202,7 @@ func NewGCRA(limit int, period time.Duration, opts ...GCRAOption) *GCRA {
 		g.shards[i].low.Store(math.MaxInt64)
 	}
 	g.start = time.Now()
-	return g
+	return g, nil
 }
 
 // Limit returns the events allowed per period.

@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -28,6 +29,29 @@ func TestNewGCRAPanics(t *testing.T) {
 	for _, tt := range tests {
 		if got := mustPanic(t, tt.f); got != tt.want {
 			t.Errorf("%s: panic %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestNewGCRAFor(t *testing.T) {
+	g, err := NewGCRAFor(Limit{5, time.Second}, WithBurst(2))
+	if err != nil || g.Limit() != 5 || g.Burst() != 2 {
+		t.Fatalf("NewGCRAFor(5/s, burst 2) = %v, %v", g, err)
+	}
+	for _, tt := range []struct {
+		l    Limit
+		opts []GCRAOption
+		want string
+	}{
+		{Limit{0, time.Second}, nil, "limits: invalid limit: limit must be >= 1, got 0"},
+		{Limit{1, -time.Second}, nil, "limits: invalid limit: period must be > 0, got -1s"},
+		{Limit{1, time.Second}, []GCRAOption{WithBurst(-1)}, "limits: invalid limit: burst must be >= 1, got -1"},
+		{Limit{1, time.Second}, []GCRAOption{WithMaxKeys(-1)}, "limits: invalid limit: max keys must be >= 1, got -1"},
+		{Limit{1, time.Hour}, []GCRAOption{WithBurst(1 << 20)}, "limits: invalid limit: a burst of 1048576 at one event per 1h0m0s takes too long to recover"},
+	} {
+		g, err := NewGCRAFor(tt.l, tt.opts...)
+		if g != nil || !errors.Is(err, ErrInvalidLimit) || err.Error() != tt.want {
+			t.Errorf("NewGCRAFor(%v) = %v, %v; want error %q", tt.l, g, err, tt.want)
 		}
 	}
 }

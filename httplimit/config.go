@@ -1,0 +1,239 @@
+package httplimit
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/limitsgo/limits"
+)
+
+// Config configures a Middleware. Every layer is optional; the zero Config
+// limits nothing.
+type Config struct {
+	// Exempt, if set, picks requests that bypass every layer, such as health
+	// probes and static files (see ExemptPaths, ExemptPrefixes): a probe
+	// refused under load gets a busy but healthy process restarted.
+	Exempt func(*http.Request) bool
+
+	// MaxInFlight caps the requests being served at once in the process,
+	// with a limits.Gate; 0 sets no cap. A request that finds the gate full
+	// is refused with 503 and reason server_busy.
+	MaxInFlight int
+	// QueueWait is how long a request may wait for room in the gate before
+	// it is refused; 0 refuses at once. Keep it short: it is for bursts
+	// that clear within milliseconds, not a queue.
+	QueueWait time.Duration
+	// Timeout, if positive, is a deadline for each request: when it passes,
+	// the handler's context is cancelled and the client gets 503 with
+	// reason request_timeout. The handler's response is buffered until it
+	// returns, as with http.TimeoutHandler, so routes that stream or hijack
+	// the connection need a Middleware without Timeout.
+	Timeout time.Duration
+	// BusyRetryAfter is the Retry-After sent with server_busy and
+	// request_timeout refusals, rounded up to whole seconds; 0 means one
+	// second.
+	BusyRetryAfter time.Duration
+
+	// Rate is each client's limit, such as {100, time.Minute}; the zero
+	// Limit sets no rate limit unless Limiter is set. Clients are told
+	// apart by address (see TrustedProxies, IPv4Prefix, IPv6Prefix).
+	Rate limits.Limit
+	// Burst is how many requests a client may make at once; 0 means
+	// Rate.Events.
+	Burst int
+	// MaxKeys caps the clients tracked by each local limiter; 0 means
+	// limits.DefaultMaxKeys. A new client finding the table full of
+	// clients in debt is refused with 503 and reason table_full.
+	MaxKeys int
+	// Limiter, if set, replaces the local limiter built from Rate, for
+	// instance with one shared by a fleet. It must apply its own limit;
+	// Rate then only describes it in the RateLimit-Policy header and may be
+	// left zero to send none.
+	Limiter Limiter
+
+	// CallerKey, if set, returns a key the caller chooses, such as a
+	// session cookie or an API key (see CookieKey, HeaderKey), or "" for
+	// none. Each such key gets its own bucket at Rate, in addition to the
+	// client address bucket, which is never skipped: rotating the key does
+	// not escape the address limit. The address bucket then allows
+	// AddressMultiplier times Rate, so that the users behind one NAT are
+	// not limited as one.
+	CallerKey func(*http.Request) string
+	// AddressMultiplier scales the address bucket when CallerKey is set; 0
+	// means DefaultAddressMultiplier.
+	AddressMultiplier int
+	// CallerLimiter, if set, replaces the local limiter for caller keys,
+	// as Limiter does for addresses.
+	CallerLimiter Limiter
+
+	// TrustedProxies lists the networks of the proxies in front of the
+	// service. Only a request arriving from one of them has its
+	// Forwarded, X-Forwarded-For or X-Real-IP header read; the client is
+	// the right-most address in it that is not a trusted proxy. Empty: the
+	// client is always the connection's peer.
+	TrustedProxies []netip.Prefix
+	// IPv4Prefix and IPv6Prefix group client addresses into one bucket per
+	// prefix of that length; 0 means 32 for IPv4 and 64 for IPv6, where a
+	// single user commonly holds a whole /64.
+	IPv4Prefix, IPv6Prefix int
+
+	// MaxInFlightPerClient caps the requests one client address has in
+	// progress at once, with a limits.Inflight; 0 sets no cap. Refusals
+	// get InFlightStatus, 429 by default, and reason concurrency_limited.
+	MaxInFlightPerClient int
+	// InFlightStatus is the status of concurrency_limited refusals.
+	InFlightStatus int
+
+	// OnLimiterError says what to do when a limiter returns an error:
+	// refuse with 503 and reason limiter_error (FailClosed, the default),
+	// or serve the request (FailOpen). Either way the error is counted and
+	// logged.
+	OnLimiterError ErrorPolicy
+
+	// Headers selects the rate limit headers sent on rate-limited routes;
+	// the zero value sends the IETF RateLimit-Policy and RateLimit fields.
+	Headers HeaderMode
+	// PolicyName names the client's policy in those fields; "" means
+	// "default". The address bucket, when a caller key is set, is
+	// "address".
+	PolicyName string
+
+	// Deny, if set, writes the response to refused requests in place of
+	// the default application/problem+json body. Retry-After and the rate
+	// limit headers are set on w before it is called.
+	Deny func(w http.ResponseWriter, r *http.Request, d Denial)
+	// Logger, if set, logs every refusal and limiter error, with the
+	// reason, method, path and a hash of the key, never the key itself.
+	Logger *slog.Logger
+}
+
+// DefaultAddressMultiplier is the AddressMultiplier used when CallerKey is
+// set and none is given: an address may make 4 times the requests of one
+// caller key.
+const DefaultAddressMultiplier = 4
+
+// ErrorPolicy says what the middleware does when a limiter fails.
+type ErrorPolicy uint8
+
+const (
+	// FailClosed refuses the request with 503 and reason limiter_error.
+	FailClosed ErrorPolicy = iota
+	// FailOpen serves the request as if it were allowed.
+	FailOpen
+)
+
+// HeaderMode selects the rate limit headers sent with responses.
+type HeaderMode uint8
+
+const (
+	// HeadersIETF sends RateLimit-Policy and RateLimit in the syntax of
+	// draft-ietf-httpapi-ratelimit-headers-10.
+	HeadersIETF HeaderMode = iota
+	// HeadersIETFAndLegacy adds X-RateLimit-Limit, X-RateLimit-Remaining
+	// and X-RateLimit-Reset to the IETF fields.
+	HeadersIETFAndLegacy
+	// HeadersLegacy sends only the X-RateLimit-* headers.
+	HeadersLegacy
+	// HeadersNone sends no rate limit headers; refusals still carry
+	// Retry-After.
+	HeadersNone
+)
+
+// Environment variables read by LoadEnv.
+const (
+	EnvRate           = "LIMITS_RATE"            // Rate, as limits.ParseLimit reads it: "100/min"
+	EnvBurst          = "LIMITS_BURST"           // Burst, an integer >= 1
+	EnvMaxInFlight    = "LIMITS_MAX_INFLIGHT"    // MaxInFlight, an integer >= 1
+	EnvQueueWait      = "LIMITS_QUEUE_WAIT"      // QueueWait, a duration such as "20ms"
+	EnvTimeout        = "LIMITS_TIMEOUT"         // Timeout, a duration such as "10s"
+	EnvMaxKeys        = "LIMITS_MAX_KEYS"        // MaxKeys, an integer >= 1
+	EnvTrustedProxies = "LIMITS_TRUSTED_PROXIES" // TrustedProxies, comma-separated prefixes or addresses
+)
+
+// LoadEnv sets the fields of c named by the environment variables Env*
+// that are set, read with lookup (os.LookupEnv if nil). Unset variables
+// leave their fields alone. A value that cannot be parsed, or that would
+// switch a limit off (a zero rate, a negative count), is an error naming
+// the variable: a service should refuse to start rather than run without
+// the limits it was given.
+func (c *Config) LoadEnv(lookup func(string) (string, bool)) error {
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	get := func(name string) (string, bool) {
+		v, ok := lookup(name)
+		return strings.TrimSpace(v), ok
+	}
+	positive := func(name string, dst *int) error {
+		v, ok := get(name)
+		if !ok {
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("httplimit: %s=%q: want an integer >= 1", name, v)
+		}
+		*dst = n
+		return nil
+	}
+	duration := func(name string, dst *time.Duration) error {
+		v, ok := get(name)
+		if !ok {
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("httplimit: %s=%q: want a duration > 0, such as 10s", name, v)
+		}
+		*dst = d
+		return nil
+	}
+	if v, ok := get(EnvRate); ok {
+		l, err := limits.ParseLimit(v)
+		if err != nil {
+			return fmt.Errorf("httplimit: %s: %w", EnvRate, err)
+		}
+		c.Rate = l
+	}
+	for _, f := range []func() error{
+		func() error { return positive(EnvBurst, &c.Burst) },
+		func() error { return positive(EnvMaxInFlight, &c.MaxInFlight) },
+		func() error { return positive(EnvMaxKeys, &c.MaxKeys) },
+		func() error { return duration(EnvQueueWait, &c.QueueWait) },
+		func() error { return duration(EnvTimeout, &c.Timeout) },
+	} {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	if v, ok := get(EnvTrustedProxies); ok {
+		c.TrustedProxies = c.TrustedProxies[:0:0]
+		for s := range strings.SplitSeq(v, ",") {
+			p, err := parsePrefix(strings.TrimSpace(s))
+			if err != nil {
+				return fmt.Errorf("httplimit: %s=%q: %v", EnvTrustedProxies, v, err)
+			}
+			c.TrustedProxies = append(c.TrustedProxies, p)
+		}
+	}
+	return nil
+}
+
+// parsePrefix parses a network prefix, or a single address as the prefix
+// holding only it.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is neither a prefix nor an address", s)
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}

@@ -1,0 +1,129 @@
+package httplimit
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func mustNew(t testing.TB, cfg Config) *Middleware {
+	t.Helper()
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestClientIP(t *testing.T) {
+	m := mustNew(t, Config{TrustedProxies: []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"),
+		netip.MustParsePrefix("2001:db8:ffff::/48"),
+	}})
+	tests := []struct {
+		name   string
+		remote string
+		header map[string]string
+		want   string
+	}{
+		{"peer v4", "192.0.2.7:5555", nil, "192.0.2.7/32"},
+		{"peer v6 grouped by /64", "[2001:db8:1:2:3:4:5:6]:443", nil, "2001:db8:1:2::/64"},
+		{"peer v6 zone", "[fe80::1%eth0]:443", nil, "fe80::/64"},
+		{"mapped v4", "[::ffff:192.0.2.9]:80", nil, "192.0.2.9/32"},
+		{"no port", "192.0.2.8", nil, "192.0.2.8/32"},
+		{"untrusted peer ignores XFF", "192.0.2.7:1", map[string]string{"X-Forwarded-For": "203.0.113.1"}, "192.0.2.7/32"},
+		{"untrusted peer ignores X-Real-IP", "192.0.2.7:1", map[string]string{"X-Real-Ip": "203.0.113.1"}, "192.0.2.7/32"},
+		{"trusted peer, XFF", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "203.0.113.1"}, "203.0.113.1/32"},
+		{"right-most untrusted", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "198.51.100.66, 203.0.113.1, 10.9.9.9"}, "203.0.113.1/32"},
+		{"spoofed left entries", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "1.1.1.1, 1.2.3.4, 203.0.113.5"}, "203.0.113.5/32"},
+		{"all hops trusted", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "10.2.2.2, 10.3.3.3"}, "10.2.2.2/32"},
+		{"garbage hop", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "203.0.113.1, garbage"}, "10.1.1.1/32"},
+		{"garbage behind trusted hop", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "nonsense, 10.4.4.4"}, "10.4.4.4/32"},
+		{"Forwarded wins", "10.1.1.1:1", map[string]string{"Forwarded": `for=192.0.2.60;proto=http, for="[2001:db8:cafe::17]:4711"`, "X-Forwarded-For": "203.0.113.1"}, "2001:db8:cafe::/64"},
+		{"Forwarded obfuscated", "10.1.1.1:1", map[string]string{"Forwarded": "for=_hidden"}, "10.1.1.1/32"},
+		{"X-Real-IP", "10.1.1.1:1", map[string]string{"X-Real-Ip": "203.0.113.9"}, "203.0.113.9/32"},
+		{"trusted v6 proxy", "[2001:db8:ffff::1]:1", map[string]string{"X-Forwarded-For": "2001:db8:5:6::9"}, "2001:db8:5:6::/64"},
+		{"unparseable peer", "pipe", nil, "invalid Prefix"},
+		{"empty peer", "", nil, "invalid Prefix"},
+	}
+	for _, tt := range tests {
+		r := &http.Request{RemoteAddr: tt.remote, Header: http.Header{}}
+		for k, v := range tt.header {
+			r.Header.Set(k, v)
+		}
+		if got := m.clientIP(r).String(); got != tt.want {
+			t.Errorf("%s: clientIP = %s, want %s", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestClientIPPrefixLengths(t *testing.T) {
+	m := mustNew(t, Config{IPv4Prefix: 24, IPv6Prefix: 48})
+	for remote, want := range map[string]string{
+		"192.0.2.77:1":        "192.0.2.0/24",
+		"[2001:db8:1:2::9]:1": "2001:db8:1::/48",
+	} {
+		if got := m.clientIP(&http.Request{RemoteAddr: remote}).String(); got != want {
+			t.Errorf("clientIP(%s) = %s, want %s", remote, got, want)
+		}
+	}
+}
+
+func TestExemptHelpers(t *testing.T) {
+	ex := ExemptAny(ExemptPaths("/healthz", "/readyz"), ExemptPrefixes("/static/"))
+	for path, want := range map[string]bool{
+		"/healthz": true, "/readyz": true, "/static/app.js": true,
+		"/healthz/x": false, "/static": false, "/api": false, "/": false,
+	} {
+		r, _ := http.NewRequest(http.MethodGet, "http://x"+path, nil)
+		if got := ex(r); got != want {
+			t.Errorf("exempt(%s) = %v, want %v", path, got, want)
+		}
+	}
+}
+
+func TestCallerKeyHelpers(t *testing.T) {
+	r, _ := http.NewRequest(http.MethodGet, "http://x/", nil)
+	if CookieKey("session")(r) != "" || HeaderKey("X-Api-Key")(r) != "" {
+		t.Error("keys found in an empty request")
+	}
+	r.AddCookie(&http.Cookie{Name: "session", Value: "abc"})
+	r.Header.Set("X-Api-Key", "k1")
+	if got := CookieKey("session")(r); got != "abc" {
+		t.Errorf("CookieKey = %q, want abc", got)
+	}
+	if got := HeaderKey("X-Api-Key")(r); got != "k1" {
+		t.Errorf("HeaderKey = %q, want k1", got)
+	}
+}
+
+// FuzzClientIP feeds arbitrary peers and forwarding headers to the key
+// extraction: it must never panic, must return a valid prefix of the
+// configured length or the invalid one, and must ignore the headers when
+// the peer is not a trusted proxy.
+func FuzzClientIP(f *testing.F) {
+	f.Add("10.0.0.1:80", "203.0.113.1, 10.0.0.2", `for="[2001:db8::1]:80";by=x`, "192.0.2.1")
+	f.Add("192.0.2.1:1", "1.2.3.4", "for=1.2.3.4", "")
+	f.Add("[::ffff:10.0.0.1]:1", ",,,", "for=;;for", "[::1]")
+	f.Add("pipe", "", "", "")
+	m := mustNew(f, Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}})
+	f.Fuzz(func(t *testing.T, remote, xff, fwd, real string) {
+		r := &http.Request{RemoteAddr: remote, Header: http.Header{}}
+		r.Header["X-Forwarded-For"] = strings.Split(xff, "\n")
+		r.Header["Forwarded"] = strings.Split(fwd, "\n")
+		r.Header["X-Real-Ip"] = []string{real}
+		p := m.clientIP(r)
+		if !p.IsValid() {
+			return
+		}
+		if want := map[bool]int{true: 32, false: 64}[p.Addr().Is4()]; p.Bits() != want || p != p.Masked() {
+			t.Fatalf("clientIP = %s, want a masked /%d", p, want)
+		}
+		if peer := parseHost(remote); peer.IsValid() && !m.trusted(peer) {
+			if want, _ := peer.Prefix(p.Bits()); p != want {
+				t.Fatalf("untrusted peer %s: clientIP = %s, want %s", remote, p, want)
+			}
+		}
+	})
+}

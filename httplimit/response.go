@@ -1,0 +1,150 @@
+package httplimit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/limitsgo/limits"
+)
+
+// problem is an RFC 9457 problem details object, with the reason code as an
+// extension member.
+type problem struct {
+	Type     string   `json:"type"`
+	Title    string   `json:"title"`
+	Status   int      `json:"status"`
+	Detail   string   `json:"detail"`
+	Reason   string   `json:"reason"`
+	Violated []string `json:"violated-policies,omitempty"`
+}
+
+// quotaExceeded is the problem type the IETF rate limit draft registers for
+// 429 responses of a quota policy.
+const quotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+var details = map[string]string{
+	ReasonRateLimited:        "Too many requests from this client; retry after the time given.",
+	ReasonServerBusy:         "The server is at capacity; retry after the time given.",
+	ReasonRequestTimeout:     "The request took longer than the server allows.",
+	ReasonLimiterError:       "The rate limiter could not decide; retry after the time given.",
+	ReasonTableFull:          "The server is tracking as many clients as it can; retry after the time given.",
+	ReasonConcurrencyLimited: "Too many requests from this client in progress at once.",
+}
+
+// refuse counts nothing: it sets Retry-After, logs the refusal and writes
+// the response, with Config.Deny if set.
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, key string, d Denial) {
+	w.Header().Set("Retry-After", strconv.FormatInt(seconds(d.RetryAfter), 10))
+	m.log(r, "httplimit: request refused", d.Reason, key, d.Err)
+	if m.deny != nil {
+		m.deny(w, r, d)
+		return
+	}
+	p := problem{
+		Type:   "about:blank",
+		Title:  http.StatusText(d.Status),
+		Status: d.Status,
+		Detail: details[d.Reason],
+		Reason: d.Reason,
+	}
+	if d.Reason == ReasonRateLimited && d.Status == http.StatusTooManyRequests {
+		p.Type = quotaExceeded
+		p.Title = "Quota Exceeded"
+	}
+	body, _ := json.Marshal(p) // cannot fail: strings and ints
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(d.Status)
+	w.Write(body)
+}
+
+// setRateHeaders sets the rate limit headers of the selected mode for the
+// decisions of the buckets named.
+//
+// In the IETF fields, q is the policy's Limit and w its Period in whole
+// seconds (rounded up; at least 1). r is the requests left now, and t the
+// seconds until the bucket is full again for an allowed request, or until
+// the refused one would be allowed (RetryAfter), so that Retry-After and t
+// agree. The legacy headers report the bucket with the fewest requests
+// left.
+func (m *Middleware) setRateHeaders(h http.Header, decs []limits.Decision, names []string) {
+	if len(decs) == 0 || m.headers == HeadersNone {
+		return
+	}
+	if m.headers != HeadersLegacy {
+		var policy, state []byte
+		for i, d := range decs {
+			if i > 0 {
+				policy = append(policy, ", "...)
+				state = append(state, ", "...)
+			}
+			policy = strconv.AppendQuote(policy, names[i])
+			policy = append(policy, ";q="...)
+			policy = strconv.AppendInt(policy, int64(d.Limit), 10)
+			policy = append(policy, ";w="...)
+			policy = strconv.AppendInt(policy, max(1, seconds(d.Period)), 10)
+			state = strconv.AppendQuote(state, names[i])
+			state = append(state, ";r="...)
+			state = strconv.AppendInt(state, int64(d.Remaining), 10)
+			state = append(state, ";t="...)
+			state = strconv.AppendInt(state, seconds(resetIn(d)), 10)
+		}
+		h["Ratelimit-Policy"] = []string{string(policy)}
+		h["Ratelimit"] = []string{string(state)}
+	}
+	if m.headers == HeadersIETFAndLegacy || m.headers == HeadersLegacy {
+		d := decs[0]
+		for _, e := range decs[1:] {
+			if e.Remaining < d.Remaining {
+				d = e
+			}
+		}
+		h["X-Ratelimit-Limit"] = []string{strconv.Itoa(d.Limit)}
+		h["X-Ratelimit-Remaining"] = []string{strconv.Itoa(d.Remaining)}
+		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(seconds(resetIn(d)), 10)}
+	}
+}
+
+// resetIn is the time the t parameter reports for d.
+func resetIn(d limits.Decision) time.Duration {
+	if d.Allowed {
+		return d.ResetAfter
+	}
+	return d.RetryAfter
+}
+
+// seconds returns d in whole seconds, rounded up.
+func seconds(d time.Duration) int64 {
+	return int64(ceilSecond(d) / time.Second)
+}
+
+// log records a refusal or a limiter error, if a Logger is set. The key is
+// logged only as a short hash, enough to tell clients apart in the logs
+// without revealing session tokens or API keys.
+func (m *Middleware) log(r *http.Request, msg, reason, key string, err error) {
+	if m.logger == nil {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("reason", reason),
+		slog.String("method", r.Method),
+		slog.String("path", r.URL.Path),
+	}
+	if key != "" {
+		sum := sha256.Sum256([]byte(key))
+		attrs = append(attrs, slog.String("key_hash", hex.EncodeToString(sum[:6])))
+	}
+	level := slog.LevelInfo
+	if err != nil {
+		level = slog.LevelError
+		attrs = append(attrs, slog.String("error", err.Error()))
+	}
+	m.logger.LogAttrs(r.Context(), level, msg, attrs...)
+}

@@ -1,0 +1,103 @@
+package httplimit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"sync"
+)
+
+// serveWithTimeout runs next in its own goroutine under a deadline. If the
+// handler returns in time, its buffered response is sent; if the deadline
+// passes first, the client gets 503 request_timeout and the handler's
+// context is cancelled. Either way q, the request's place in the gate and
+// its per-client count, is released only when the handler has returned:
+// until then it still uses the capacity they stand for.
+func (m *Middleware) serveWithTimeout(next http.Handler, w http.ResponseWriter, r *http.Request, q *request) {
+	ctx, cancel := context.WithTimeout(r.Context(), m.timeout)
+	defer cancel()
+	tw := &timeoutWriter{h: make(http.Header)}
+	done := make(chan struct{})
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				panicked <- p
+			}
+			q.release()
+			close(done)
+		}()
+		next.ServeHTTP(tw, r.WithContext(ctx))
+	}()
+	select {
+	case p := <-panicked:
+		<-done
+		panic(p)
+	case <-done:
+		tw.mu.Lock()
+		defer tw.mu.Unlock()
+		maps.Copy(w.Header(), tw.h)
+		w.WriteHeader(tw.status())
+		w.Write(tw.buf.Bytes())
+	case <-ctx.Done():
+		tw.mu.Lock()
+		tw.timedOut = true
+		tw.mu.Unlock()
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) || r.Context().Err() != nil {
+			return // the client went away: nobody to answer
+		}
+		m.n.requestTimeout.Add(1)
+		m.refuse(w, r, "", Denial{Status: http.StatusServiceUnavailable, Reason: ReasonRequestTimeout, RetryAfter: m.busyRetry})
+	}
+}
+
+// timeoutWriter buffers a handler's response until it returns in time.
+type timeoutWriter struct {
+	mu       sync.Mutex
+	h        http.Header
+	buf      bytes.Buffer
+	code     int
+	timedOut bool
+}
+
+// Header returns the buffered header map. Handlers must not change it
+// after the deadline, when it may be read concurrently; http.TimeoutHandler
+// has the same rule.
+func (tw *timeoutWriter) Header() http.Header { return tw.h }
+
+// Write buffers b, or fails with http.ErrHandlerTimeout after the deadline.
+func (tw *timeoutWriter) Write(b []byte) (int, error) {
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	if tw.timedOut {
+		return 0, http.ErrHandlerTimeout
+	}
+	if tw.code == 0 {
+		tw.code = http.StatusOK
+	}
+	return tw.buf.Write(b)
+}
+
+// WriteHeader records the status; like net/http, it ignores all but the
+// first call and rejects invalid codes.
+func (tw *timeoutWriter) WriteHeader(code int) {
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("httplimit: invalid WriteHeader code %v", code))
+	}
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	if tw.timedOut || tw.code != 0 {
+		return
+	}
+	tw.code = code
+}
+
+func (tw *timeoutWriter) status() int {
+	if tw.code == 0 {
+		return http.StatusOK
+	}
+	return tw.code
+}
