@@ -97,7 +97,9 @@ func benchOps(keys []string) []struct {
 } {
 	m := newMutexMap(keys)
 	e := NewEstimator(4, 1024)
+	c := NewConservativeEstimator(4, 1024)
 	r := NewRate(time.Second)
+	cr := NewConservativeRate(time.Second, 4, 1024)
 	in := NewInflight()
 	return []struct {
 		name string
@@ -105,7 +107,9 @@ func benchOps(keys []string) []struct {
 	}{
 		{"MutexMap", m.incr},
 		{"Estimator.Incr", func(k string) { e.Incr(k, 1) }},
+		{"ConservativeEstimator.Incr", func(k string) { c.Incr(k, 1) }},
 		{"Rate.Observe", func(k string) { r.Observe(k, 1) }},
+		{"ConservativeRate.Observe", func(k string) { cr.Observe(k, 1) }},
 		{"Inflight.IncrClose", func(k string) {
 			g, _ := in.Incr(k, 1)
 			g.Close()
