@@ -175,3 +175,23 @@ func BenchmarkMemory(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHeavyHittersOffer measures Offer for keys below the threshold,
+// nearly every key in practice, and for keys already in the table.
+func BenchmarkHeavyHittersOffer(b *testing.B) {
+	keys := hotKeys()
+	hh := NewHeavyHitters(100, len(keys))
+	for _, k := range keys {
+		hh.Offer(k, 100, 1)
+	}
+	for _, o := range []struct {
+		name string
+		op   func(string)
+	}{
+		{"Below", func(k string) { hh.Offer(k, 99, 1) }},
+		{"Listed", func(k string) { hh.Offer(k, 101, 1) }},
+	} {
+		b.Run(o.name, func(b *testing.B) { runSerial(b, keys, o.op) })
+		b.Run(o.name+"/parallel", func(b *testing.B) { runParallel(b, keys, o.op) })
+	}
+}

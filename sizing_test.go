@@ -133,7 +133,7 @@ func TestSizingKeepsItsPromise(t *testing.T) {
 	for _, tt := range tests {
 		for _, conservative := range []bool{false, true} {
 			over := 0
-			const trials = 4
+			const trials = 2
 			for range trials {
 				var c counter = NewEstimatorSized(tt.s)
 				if conservative {
