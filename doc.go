@@ -19,8 +19,8 @@
 // distinct keys it counts, not on the rate: Sizing picks a sketch's size
 // from the keys expected and the over-count tolerated. For counts that only
 // grow, ConservativeEstimator and NewConservativeRate count with conservative
-// update, which over-counts less in the same memory: from half as much in a
-// crowded sketch to a fifth or less in a roomy one.
+// update, which over-counts less in the same memory: about half as much in a
+// crowded sketch, far less in a roomy one.
 //
 // The counting types are a port of Cloudflare's pingora-limits with its
 // known faults fixed: Rate never panics, whatever the interval, never moves

@@ -25,7 +25,8 @@ import (
 // is about 2,655 events, so size slots from the number of distinct keys you
 // expect, not from the traffic: Sizing and NewEstimatorSized do so. For
 // counts that only grow, a ConservativeEstimator of the same size
-// over-counts far less.
+// over-counts less: about half as much in a crowded sketch, far less in a
+// roomy one.
 //
 // Each call hashes its key once, with hash/maphash under a seed drawn at
 // random for each Estimator; each row then places that hash with its own

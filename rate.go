@@ -43,8 +43,8 @@ import (
 // rate: NewRateSized sizes the windows from the keys expected (see Sizing).
 // A conservative Rate (NewConservativeRate) counts with conservative update
 // (see ConservativeEstimator): in the same memory and for a little more time
-// per call, it over-counts from two to five times less, but cannot take
-// events back.
+// per call, it over-counts about half as much in a crowded sketch and far
+// less in a roomy one, but cannot take events back.
 type Rate struct {
 	interval     time.Duration
 	start        time.Time
