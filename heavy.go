@@ -33,11 +33,11 @@ import (
 // # Cost and concurrency
 //
 // All methods are safe for concurrent use. Offer below the threshold costs a
-// comparison. For a key in the table it takes a read lock and looks the key
-// up, then updates the entry with atomic operations, allocating nothing. A
+// comparison. Above it, Offer takes a read lock and looks the key up; a key
+// in the table is then updated with atomic operations, allocating nothing. A
 // key that enters copies its name, and, when the table is full, scans it for
-// the smallest entry under the write lock; keys over the threshold that could
-// not evict anyone are turned away after one atomic load.
+// the smallest entry under the write lock; keys that could not evict anyone
+// are turned away after the look-up and one atomic load.
 //
 // The table counts from its creation or its last Reset: with a Rate, call Top
 // then Reset once per window to name the window's top keys. The zero value is
