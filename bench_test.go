@@ -97,7 +97,9 @@ func benchOps(keys []string) []struct {
 } {
 	m := newMutexMap(keys)
 	e := NewEstimator(4, 1024)
+	c := NewConservativeEstimator(4, 1024)
 	r := NewRate(time.Second)
+	cr := NewConservativeRate(time.Second, 4, 1024)
 	in := NewInflight()
 	// Limits no key reaches in a benchmark, so that every call charges.
 	g := NewGCRA(1_000_000_000, time.Second)
@@ -107,7 +109,9 @@ func benchOps(keys []string) []struct {
 	}{
 		{"MutexMap", m.incr},
 		{"Estimator.Incr", func(k string) { e.Incr(k, 1) }},
+		{"ConservativeEstimator.Incr", func(k string) { c.Incr(k, 1) }},
 		{"Rate.Observe", func(k string) { r.Observe(k, 1) }},
+		{"ConservativeRate.Observe", func(k string) { cr.Observe(k, 1) }},
 		{"Inflight.IncrClose", func(k string) {
 			g, _ := in.Incr(k, 1)
 			g.Close()
@@ -198,5 +202,25 @@ func BenchmarkMemory(b *testing.B) {
 			}
 			b.ReportMetric(float64(held), "bytes-held")
 		})
+	}
+}
+
+// BenchmarkHeavyHittersOffer measures Offer for keys below the threshold,
+// nearly every key in practice, and for keys already in the table.
+func BenchmarkHeavyHittersOffer(b *testing.B) {
+	keys := hotKeys()
+	hh := NewHeavyHitters(100, len(keys))
+	for _, k := range keys {
+		hh.Offer(k, 100, 1)
+	}
+	for _, o := range []struct {
+		name string
+		op   func(string)
+	}{
+		{"Below", func(k string) { hh.Offer(k, 99, 1) }},
+		{"Listed", func(k string) { hh.Offer(k, 101, 1) }},
+	} {
+		b.Run(o.name, func(b *testing.B) { runSerial(b, keys, o.op) })
+		b.Run(o.name+"/parallel", func(b *testing.B) { runParallel(b, keys, o.op) })
 	}
 }

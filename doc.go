@@ -17,7 +17,12 @@
 //     requests in flight in the whole process; Inflight counts them per key.
 //
 // Estimator is the count-min sketch under Rate and Inflight, for counting
-// anything else per key in fixed memory.
+// anything else per key in fixed memory. Its error depends on the number of
+// distinct keys it counts, not on the rate: Sizing picks a sketch's size
+// from the keys expected and the over-count tolerated. For counts that only
+// grow, ConservativeEstimator and NewConservativeRate count with conservative
+// update, which over-counts less in the same memory: about half as much in a
+// crowded sketch, far less in a roomy one.
 //
 // Rate, Inflight and Estimator are a port of Cloudflare's pingora-limits
 // with its known faults fixed: Rate never panics, whatever the interval,

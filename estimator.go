@@ -23,7 +23,10 @@ import (
 // by at most e*N/slots (e = 2.718...) with probability at least
 // 1 - e^-hashes. With 4 rows of 1024 slots and N = 1,000,000 events the bound
 // is about 2,655 events, so size slots from the number of distinct keys you
-// expect, not from the traffic.
+// expect, not from the traffic: Sizing and NewEstimatorSized do so. For
+// counts that only grow, a ConservativeEstimator of the same size
+// over-counts less: about half as much in a crowded sketch, far less in a
+// roomy one.
 //
 // Each call hashes its key once, with hash/maphash under a seed drawn at
 // random for each Estimator; each row then places that hash with its own

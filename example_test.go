@@ -133,3 +133,109 @@ func ExampleGate() {
 	// second: false
 	// in flight: 0 admitted: 1 shed: 1
 }
+
+func ExampleSizing_Dims() {
+	// About 10,000 clients a minute; an estimate may be too high by a
+	// thousandth of the minute's requests, for all but 2% of the clients.
+	hashes, slots, err := limits.Sizing{Keys: 10_000, MaxOverFraction: 0.001}.Dims()
+	fmt.Println(hashes, slots, err)
+	// Exact counts for all but 2% of the clients.
+	hashes, slots, _ = limits.Sizing{Keys: 10_000}.Dims()
+	fmt.Println(hashes, slots)
+	// At most 5 too many, out of a million requests, for all but 1%.
+	hashes, slots, _ = limits.Sizing{Events: 1_000_000, MaxOver: 5, Failure: 0.01}.Dims()
+	fmt.Println(hashes, slots)
+	_, _, err = limits.Sizing{MaxOver: 5}.Dims()
+	fmt.Println(err)
+	// Output:
+	// 4 2660 <nil>
+	// 4 26589
+	// 5 418648
+	// limits: Sizing.MaxOver needs Sizing.Events
+}
+
+func ExampleNewEstimatorSized() {
+	e := limits.NewEstimatorSized(limits.Sizing{Keys: 1000, MaxOverFraction: 0.01})
+	fmt.Println(e.Size(), "bytes")
+	e.Incr("alice", 2)
+	fmt.Println(e.Get("alice"))
+	// Output:
+	// 8512 bytes
+	// 2
+}
+
+func ExampleNewRateSized() {
+	r := limits.NewRateSized(time.Minute, limits.Sizing{Keys: 10_000, MaxOverFraction: 0.001})
+	fmt.Println(r.Size(), "bytes") // two windows of 4 x 2660 counters
+	fmt.Println(r.Observe("client-1", 1))
+	// Output:
+	// 170240 bytes
+	// 1
+}
+
+func ExampleConservativeEstimator() {
+	c := limits.NewConservativeEstimator(4, 1024)
+	c.Incr("alice", 3)
+	fmt.Println(c.Incr("alice", 2))
+	fmt.Println(c.Incr("alice", -5)) // counts cannot be taken back: ignored
+	fmt.Println(c.Get("bob"))
+	// Output:
+	// 5
+	// 5
+	// 0
+}
+
+func ExampleNewConservativeEstimatorSized() {
+	c := limits.NewConservativeEstimatorSized(limits.Sizing{Keys: 50_000})
+	fmt.Println(c.Size(), "bytes")
+	fmt.Println(c.Incr("10.0.0.1", 1))
+	// Output:
+	// 4254560 bytes
+	// 1
+}
+
+func ExampleNewConservativeRate() {
+	r := limits.NewConservativeRate(time.Minute, 4, 1024)
+	for range 3 {
+		r.Observe("client-1", 1)
+	}
+	fmt.Println(r.Peek("client-1"))
+	fmt.Println(r.Observe("client-1", -1)) // a conservative Rate cannot take events back
+	// Output:
+	// 3
+	// 3
+}
+
+func ExampleNewConservativeRateSized() {
+	r := limits.NewConservativeRateSized(time.Second, limits.Sizing{Keys: 1000, Events: 100_000, MaxOver: 10})
+	fmt.Println(r.Size(), "bytes") // two windows of 4 x 2657 counters
+	fmt.Println(r.Observe("client-1", 2))
+	// Output:
+	// 170048 bytes
+	// 2
+}
+
+func ExampleHeavyHitters() {
+	r := limits.NewRate(time.Minute)
+	top := limits.NewHeavyHitters(100, 16) // name up to 16 keys past 100 a minute
+	observe := func(client string) {
+		top.Offer(client, r.Observe(client, 1), 1)
+	}
+	for range 150 {
+		observe("10.0.0.7")
+	}
+	for range 120 {
+		observe("10.0.0.9")
+	}
+	for range 20 {
+		observe("10.0.0.1")
+	}
+	// Once a minute: log the window's top offenders, then start over.
+	for _, h := range top.Top(5) {
+		fmt.Printf("%s: %d requests, %d counted exactly since it passed 100\n", h.Key, h.Estimate, h.Exact)
+	}
+	top.Reset()
+	// Output:
+	// 10.0.0.7: 150 requests, 51 counted exactly since it passed 100
+	// 10.0.0.9: 120 requests, 21 counted exactly since it passed 100
+}

@@ -6,6 +6,8 @@ package limits
 //
 // Counts are count-min estimates (see Estimator), so keys that collide in
 // every row are counted together and a count can be too high, never too low.
+// Inflight counts with a plain Estimator: its counts go down as guards close,
+// which conservative update cannot do (see ConservativeEstimator).
 // All methods are safe for concurrent use, take no locks and allocate
 // nothing. The zero value is not usable; call NewInflight.
 type Inflight struct {

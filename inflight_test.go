@@ -97,9 +97,11 @@ func TestInflightHashVariants(t *testing.T) {
 
 // TestInflightConcurrentPairs runs 10,000 Incr/Close pairs at once, with a
 // locked reference of the events held, and expects every count back at 0.
+// Guards close under the write lock and counts are checked under the read
+// lock, so that no guard the reference counts closes during a check.
 func TestInflightConcurrentPairs(t *testing.T) {
 	in := NewInflightSize(4, 64) // small, so keys share cells
-	var mu sync.Mutex
+	var mu sync.RWMutex
 	held := map[string]int64{}
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -114,15 +116,17 @@ func TestInflightConcurrentPairs(t *testing.T) {
 			}
 			mu.Lock()
 			held[k] += g.Held()
-			exact := held[k]
 			mu.Unlock()
-			if got := in.Get(k); got < exact || n < 1 {
+			mu.RLock()
+			exact, got := held[k], in.Get(k)
+			mu.RUnlock()
+			if got < exact || n < 1 {
 				t.Errorf("Get(%s) = %d while at least %d are held (Incr said %d)", k, got, exact, n)
 			}
 			mu.Lock()
 			held[k] -= g.Held()
-			mu.Unlock()
 			g.Close()
+			mu.Unlock()
 			g.Close()
 		})
 	}

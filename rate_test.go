@@ -284,14 +284,25 @@ func (m *rateModel) get(w int64, k string) int64 {
 	return m.counts[w][k]
 }
 
+// rateModes are the constructors of a Rate of each mode, for the tests that
+// both must pass.
+var rateModes = []struct {
+	name string
+	new  func(iv time.Duration, hashes, slots int) *Rate
+}{
+	{"plain", NewRateSize},
+	{"conservative", NewConservativeRate},
+}
+
 // TestRateAgainstModel drives a Rate and the reference with the same random
 // sequence of calls and pauses, and compares every answer.
 func TestRateAgainstModel(t *testing.T) {
-	for seed := range uint64(5) {
+	for seed := range uint64(10) {
+		mode := rateModes[seed%2]
 		synctest.Test(t, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 99))
 			iv := time.Duration(1+rng.IntN(1000)) * time.Millisecond
-			r := NewRateSize(iv, 4, 1024)
+			r := mode.new(iv, 4, 1024)
 			m := newRateModel(iv)
 			for i := range 2000 {
 				k := fmt.Sprintf("k%d", rng.IntN(20))
@@ -301,17 +312,17 @@ func TestRateAgainstModel(t *testing.T) {
 				case 1:
 					n := rng.Int64N(10)
 					if got, want := r.Observe(k, n), m.observe(k, n); got != want {
-						t.Fatalf("seed %d step %d: Observe(%s, %d) = %d, want %d", seed, i, k, n, got, want)
+						t.Fatalf("%s seed %d step %d: Observe(%s, %d) = %d, want %d", mode.name, seed, i, k, n, got, want)
 					}
 				default:
 					w := m.window()
 					var c RateComponents
 					r.RateWith(k, func(rc RateComponents) float64 { c = rc; return 0 })
 					if c.Prev != m.get(w-1, k) || c.Curr != m.get(w, k) {
-						t.Fatalf("seed %d step %d: %s: Prev %d Curr %d, want %d %d", seed, i, k, c.Prev, c.Curr, m.get(w-1, k), m.get(w, k))
+						t.Fatalf("%s seed %d step %d: %s: Prev %d Curr %d, want %d %d", mode.name, seed, i, k, c.Prev, c.Curr, m.get(w-1, k), m.get(w, k))
 					}
 					if got, want := r.Rate(k), float64(m.get(w-1, k))/iv.Seconds(); got != want {
-						t.Fatalf("seed %d step %d: Rate(%s) = %v, want %v", seed, i, k, got, want)
+						t.Fatalf("%s seed %d step %d: Rate(%s) = %v, want %v", mode.name, seed, i, k, got, want)
 					}
 				}
 			}
@@ -322,37 +333,44 @@ func TestRateAgainstModel(t *testing.T) {
 // TestRateConcurrentAgainstModel has many goroutines observe within each
 // window and compares the totals with the reference.
 func TestRateConcurrentAgainstModel(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const iv = time.Second
-		r := NewRateSize(iv, 4, 4096)
-		m := newRateModel(iv)
-		for w := range 4 {
-			r.Observe("k0", 0) // start the window before the workers race
-			var wg sync.WaitGroup
-			for g := range 8 {
-				wg.Go(func() {
-					rng := rand.New(rand.NewPCG(uint64(g), uint64(w)))
-					for range 500 {
-						k := fmt.Sprintf("k%d", rng.IntN(10))
-						n := rng.Int64N(4)
-						r.Observe(k, n)
-						m.observe(k, n)
-					}
-				})
-			}
-			wg.Wait()
-			for i := range 10 {
-				k := fmt.Sprintf("k%d", i)
-				if got, want := r.Peek(k), m.get(int64(w), k); got != want {
-					t.Errorf("window %d: Peek(%s) = %d, want %d", w, k, got, want)
+	for _, mode := range rateModes {
+		synctest.Test(t, func(t *testing.T) {
+			testRateConcurrentAgainstModel(t, mode.name, mode.new(time.Second, 4, 4096))
+		})
+	}
+}
+
+// testRateConcurrentAgainstModel is TestRateConcurrentAgainstModel for one
+// Rate, made in the test's bubble.
+func testRateConcurrentAgainstModel(t *testing.T, mode string, r *Rate) {
+	const iv = time.Second
+	m := newRateModel(iv)
+	for w := range 4 {
+		r.Observe("k0", 0) // start the window before the workers race
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(g), uint64(w)))
+				for range 500 {
+					k := fmt.Sprintf("k%d", rng.IntN(10))
+					n := rng.Int64N(4)
+					r.Observe(k, n)
+					m.observe(k, n)
 				}
-				if got, want := r.Rate(k), float64(m.get(int64(w-1), k)); got != want {
-					t.Errorf("window %d: Rate(%s) = %v, want %v", w, k, got, want)
-				}
-			}
-			time.Sleep(iv)
+			})
 		}
-	})
+		wg.Wait()
+		for i := range 10 {
+			k := fmt.Sprintf("k%d", i)
+			if got, want := r.Peek(k), m.get(int64(w), k); got != want {
+				t.Errorf("%s window %d: Peek(%s) = %d, want %d", mode, w, k, got, want)
+			}
+			if got, want := r.Rate(k), float64(m.get(int64(w-1), k)); got != want {
+				t.Errorf("%s window %d: Rate(%s) = %v, want %v", mode, w, k, got, want)
+			}
+		}
+		time.Sleep(iv)
+	}
 }
 
 // TestRateShortIntervals uses intervals down to a nanosecond; pingora

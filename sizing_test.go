@@ -1,0 +1,176 @@
+package limits
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+func TestSizingDims(t *testing.T) {
+	tests := []struct {
+		s             Sizing
+		hashes, slots int
+	}{
+		// Failure 0.02: 4 hashes, each row failing with probability at
+		// most 50^(-1/4), so q = 50^(1/4) = 2.6591...
+		{Sizing{Keys: 10000}, 4, 26589},                                 // q*9999 = 26588.8
+		{Sizing{MaxOverFraction: 0.001}, 4, 2660},                       // q/0.001 = 2659.1
+		{Sizing{Keys: 10000, MaxOverFraction: 0.001}, 4, 2660},          // the smaller of both
+		{Sizing{Keys: 1000, MaxOverFraction: 0.0001}, 4, 2657},          // q*999 = 2656.5
+		{Sizing{Keys: 100, Events: 1000000, MaxOver: 99}, 4, 264},       // q*99 = 263.3 beats q*1e6/100
+		{Sizing{Events: 1000000, MaxOver: 99}, 4, 26592},                // q*1e6/100 = 26591.5
+		{Sizing{Events: 1000, MaxOver: 0}, 4, 2660},                     // exact: more than 0 means at least 1
+		{Sizing{Keys: 1}, 4, 1},                                         // one key never collides
+		{Sizing{MaxOverFraction: 1}, 4, 3},                              // q/1
+		{Sizing{MaxOverFraction: 0.01, Failure: 0.5}, 1, 200},           // 1 hash, q = 2
+		{Sizing{MaxOverFraction: 0.01, Failure: math.Exp(-4)}, 4, 272},  // q = e exactly
+		{Sizing{Keys: 1001, Failure: 0.01}, 5, 2512},                    // q = 100^(1/5) = 2.5119
+		{Sizing{MaxOverFraction: 0.001, Failure: 0.999}, 1, 1002},       // q = 1/0.999
+		{Sizing{Keys: 10, MaxOverFraction: 0.5, Failure: 1e-9}, 21, 6},  // q = 1e9^(1/21) = 2.68
+		{Sizing{Keys: 50, Events: 10, MaxOver: 1000000}, 4, 1},          // tolerance above N
+		{Sizing{Keys: 50, MaxOverFraction: 0.25, Failure: 0.02}, 4, 11}, // q/0.25 = 10.6
+	}
+	for _, tt := range tests {
+		h, s, err := tt.s.Dims()
+		if err != nil || h != tt.hashes || s != tt.slots {
+			t.Errorf("%+v.Dims() = %d, %d, %v, want %d, %d, nil", tt.s, h, s, err, tt.hashes, tt.slots)
+		}
+	}
+}
+
+func TestSizingErrors(t *testing.T) {
+	tests := []struct {
+		s    Sizing
+		want string
+	}{
+		{Sizing{}, "limits: Sizing needs Keys, a tolerance, or both"},
+		{Sizing{Failure: 0.1}, "limits: Sizing needs Keys, a tolerance, or both"},
+		{Sizing{Keys: -1}, "limits: Sizing.Keys must be >= 0, got -1"},
+		{Sizing{Keys: 10, Events: -5}, "limits: Sizing.Events must be >= 0, got -5"},
+		{Sizing{Keys: 10, Events: 5, MaxOver: -1}, "limits: Sizing.MaxOver must be >= 0, got -1"},
+		{Sizing{MaxOverFraction: -0.1}, "limits: Sizing.MaxOverFraction must be in [0, 1], got -0.1"},
+		{Sizing{MaxOverFraction: 1.5}, "limits: Sizing.MaxOverFraction must be in [0, 1], got 1.5"},
+		{Sizing{MaxOverFraction: math.NaN()}, "limits: Sizing.MaxOverFraction must be in [0, 1], got NaN"},
+		{Sizing{Keys: 10, Failure: 1}, "limits: Sizing.Failure must be in [0, 1), got 1"},
+		{Sizing{Keys: 10, Failure: -0.5}, "limits: Sizing.Failure must be in [0, 1), got -0.5"},
+		{Sizing{Keys: 10, Failure: math.NaN()}, "limits: Sizing.Failure must be in [0, 1), got NaN"},
+		{Sizing{MaxOverFraction: 0.1, Events: 10}, "limits: Sizing takes MaxOverFraction or Events with MaxOver, not both"},
+		{Sizing{Keys: 10, MaxOver: 5}, "limits: Sizing.MaxOver needs Sizing.Events"},
+		{Sizing{MaxOverFraction: 5e-324}, "limits: Sizing needs 4 hashes x +Inf slots, too large"},
+		{Sizing{Keys: math.MaxInt}, "limits: Sizing needs 4 hashes x 24526310829800947712 slots, too large"},
+	}
+	for _, tt := range tests {
+		h, s, err := tt.s.Dims()
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("%+v.Dims() = %d, %d, %v, want error %q", tt.s, h, s, err, tt.want)
+		}
+	}
+}
+
+func TestSizedConstructors(t *testing.T) {
+	s := Sizing{Keys: 1000, MaxOverFraction: 0.01} // 4 x 266
+	const want = 4 * 266 * 8
+	tests := []struct {
+		name string
+		size int
+	}{
+		{"NewEstimatorSized", NewEstimatorSized(s).Size()},
+		{"NewConservativeEstimatorSized", NewConservativeEstimatorSized(s).Size()},
+		{"NewRateSized", NewRateSized(time.Second, s).Size() / 2},
+		{"NewConservativeRateSized", NewConservativeRateSized(time.Second, s).Size() / 2},
+	}
+	for _, tt := range tests {
+		if tt.size != want {
+			t.Errorf("%s(%+v): %d bytes per sketch, want %d", tt.name, s, tt.size, want)
+		}
+	}
+	bad := Sizing{Keys: 10, Failure: 2}
+	wantMsg := "limits: Sizing.Failure must be in [0, 1), got 2"
+	for name, f := range map[string]func(){
+		"NewEstimatorSized":             func() { NewEstimatorSized(bad) },
+		"NewConservativeEstimatorSized": func() { NewConservativeEstimatorSized(bad) },
+		"NewRateSized":                  func() { NewRateSized(time.Second, bad) },
+		"NewConservativeRateSized":      func() { NewConservativeRateSized(time.Second, bad) },
+	} {
+		if got := mustPanic(t, f); got != wantMsg {
+			t.Errorf("%s(%+v) panicked with %q, want %q", name, bad, got, wantMsg)
+		}
+	}
+	if got, want := mustPanic(t, func() { NewRateSized(0, s) }), "limits: interval must be > 0, got 0s"; got != want {
+		t.Errorf("NewRateSized(0, ...) panicked with %q, want %q", got, want)
+	}
+}
+
+// TestSizingKeepsItsPromise counts skewed random workloads in sketches sized
+// for them, in both modes, and checks against exact counts that the share of
+// keys over the tolerance stays within Failure. The bounds are loose, so
+// the shares found are far below it except for exact counts, where the bound
+// is within a factor of two of the truth.
+func TestSizingKeepsItsPromise(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	const keys = 3000
+	counts := make([]int64, keys)
+	var events int64
+	for i := range counts {
+		counts[i] = 1 + int64(5000/(i+1)) + rng.Int64N(5)
+		events += counts[i]
+	}
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprintf("user-%d", i)
+	}
+	tests := []struct {
+		s         Sizing
+		tolerance int64
+	}{
+		{Sizing{Keys: keys, Failure: 0.05}, 0},
+		{Sizing{Keys: keys, Failure: 0.2}, 0},
+		{Sizing{MaxOverFraction: 0.002, Failure: 0.05}, int64(0.002 * float64(events))},
+		{Sizing{Events: events, MaxOver: 5}, 5},
+	}
+	for _, tt := range tests {
+		for _, conservative := range []bool{false, true} {
+			over := 0
+			const trials = 2
+			for range trials {
+				var c counter = NewEstimatorSized(tt.s)
+				if conservative {
+					c = NewConservativeEstimatorSized(tt.s)
+				}
+				// Increments in rounds, so that keys interleave.
+				left := append([]int64(nil), counts...)
+				for more := true; more; {
+					more = false
+					for i, n := range left {
+						if n > 0 {
+							d := min(n, 1+rng.Int64N(3))
+							c.Incr(names[i], d)
+							left[i] -= d
+							more = more || left[i] > 0
+						}
+					}
+				}
+				for i, n := range counts {
+					got := c.Get(names[i])
+					if got < n {
+						t.Fatalf("%+v: Get(%s) = %d, below the true count %d", tt.s, names[i], got, n)
+					}
+					if got-n > tt.tolerance {
+						over++
+					}
+				}
+			}
+			failure := tt.s.Failure
+			if failure == 0 {
+				failure = defaultFailure
+			}
+			share := float64(over) / (trials * keys)
+			t.Logf("%+v conservative=%v: %.2f%% of keys over %d, %.0f%% allowed", tt.s, conservative, 100*share, tt.tolerance, 100*failure)
+			if share > failure {
+				t.Errorf("%+v conservative=%v: %.2f%% of keys over %d, more than the %.0f%% allowed", tt.s, conservative, 100*share, tt.tolerance, 100*failure)
+			}
+		}
+	}
+}
