@@ -3,6 +3,7 @@ package limits
 import (
 	"fmt"
 	"hash/maphash"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 )
@@ -20,15 +21,19 @@ import (
 // # Concurrency
 //
 // All methods are safe for concurrent use, take no locks and allocate
-// nothing. At each change of window one caller, the first to claim it, clears
+// nothing. At each change of window one caller, the first to claim it, zeroes
 // the Estimator that held the window before last and then publishes the new
-// window; callers that read the clock earlier can neither claim the change
-// nor clear anything. A completed window stays readable until the window
-// after it ends. Events observed while a change is in progress (a few
-// microseconds at the default size) are counted in the window that is ending,
-// the one adjacent to theirs; when a change follows two or more idle windows
-// and clears both Estimators, an event racing with it may be lost. No count
-// is lost otherwise.
+// window; callers that arrive while it works share the work, so that a
+// claimer descheduled half-way does not hold the change up. Callers that
+// read the clock before the change can neither claim it nor clear anything.
+// A completed window stays readable until the window after it ends. Events
+// observed while a change is in progress (microseconds at the default size)
+// are counted in the window that is ending, the one adjacent to theirs. A
+// caller descheduled in the middle of that work, for longer than the others
+// take to finish it, may zero up to 32 counters of the new window when it
+// resumes. When a change follows two or more idle windows and clears both
+// Estimators, an event racing with it may be lost. No count is lost
+// otherwise.
 //
 // With intervals shorter than the time it takes to clear an Estimator, windows
 // change faster than they can be cleared and counts are only approximate; any
@@ -57,6 +62,10 @@ type Rate struct {
 	// slots[cur&1]. Both only grow; cur <= claimed.
 	claimed atomic.Int64
 	cur     atomic.Int64
+	// cleared[s][i] is the window for which chunk i of slots[s] was last
+	// zeroed, so that callers sharing a change of window skip the chunks
+	// already done.
+	cleared [2][]atomic.Int64
 }
 
 // RateComponents is what RateWith passes to its function: the counts of one
@@ -135,6 +144,9 @@ func newRate(interval time.Duration, hashes, slots int, conservative bool) *Rate
 	}
 	r.slots[0] = est(hashes, slots, r.seed)
 	r.slots[1] = est(hashes, slots, r.seed)
+	chunks := (len(r.slots[0].cells) + clearChunk - 1) / clearChunk
+	r.cleared[0] = make([]atomic.Int64, chunks)
+	r.cleared[1] = make([]atomic.Int64, chunks)
 	r.start = time.Now()
 	return r
 }
@@ -173,7 +185,7 @@ func (r *Rate) ObserveHash(h uint64, n int64) int64 {
 	// on, in an earlier one) unless it is a full interval past c's start;
 	// c*interval cannot overflow, as the clock once read that much.
 	if d-time.Duration(c)*r.interval >= r.interval {
-		r.advance(int64(d / r.interval))
+		r.advance(d)
 		c = r.cur.Load()
 	}
 	if r.conservative {
@@ -243,54 +255,74 @@ func (r *Rate) elapsed() time.Duration {
 	return d
 }
 
-// advance makes window k current, unless another caller has claimed k or a
-// later window. Only the caller whose claim succeeds clears anything.
-func (r *Rate) advance(k int64) {
-	f := r.claimed.Load()
-	for {
-		if k <= f {
-			return
-		}
+// advance is called by an observer whose clock, d after r's creation, has
+// passed the current window. It claims the clock's window k, unless another
+// caller has, and then takes part in the change to k until k is published.
+// A caller whose clock is behind the claimed window does nothing.
+func (r *Rate) advance(d time.Duration) {
+	k := int64(d / r.interval)
+	for f := r.claimed.Load(); k > f; f = r.claimed.Load() {
 		if r.claimed.CompareAndSwap(f, k) {
 			break
 		}
-		f = r.claimed.Load()
 	}
-	// Window f is the newest one that has an Estimator. Estimator k&1 holds
-	// window k-2 or older, no longer needed; if window k-1 came after f, it
-	// saw nothing and its Estimator must read zero as well.
-	if !r.clear(k, k&1) {
+	if r.claimed.Load() == k {
+		r.flip(k)
+	}
+}
+
+// flip makes window k current: it zeroes Estimator k&1, which holds window
+// k-2 or older, and, if the window before k is newer than the current one
+// and so saw nothing, the other Estimator as well; then it publishes k.
+//
+// Every caller that finds the change unpublished does this work with the
+// others, chunk by chunk, each from a random chunk and skipping the chunks
+// already zeroed. Each goes over every chunk before publishing, zeroing
+// again any chunk not marked done, so the change completes as soon as any
+// one caller runs through it, whoever else was descheduled half-way.
+func (r *Rate) flip(k int64) {
+	c := r.cur.Load()
+	if c >= k {
 		return
 	}
-	if k-1 > f && !r.clear(k, (k-1)&1) {
-		return
+	chunks := len(r.cleared[0])
+	total := chunks
+	if k-1 > c {
+		total *= 2
 	}
-	for c := r.cur.Load(); c < k; c = r.cur.Load() {
+	from := rand.IntN(total)
+	for j := range total {
+		i := (from + j) % total
+		slot := k & 1
+		if i >= chunks {
+			slot, i = (k-1)&1, i-chunks
+		}
+		if r.cleared[slot][i].Load() == k {
+			continue
+		}
+		// Stop once k is published, or a change to k+2 or later is
+		// claimed: the Estimator may be counting a live window by now. A
+		// caller descheduled within a chunk thus zeroes at most one chunk
+		// of live counts.
+		if r.cur.Load() >= k || r.claimed.Load() >= k+2 {
+			return
+		}
+		cells := r.slots[slot].cells[i*clearChunk : min((i+1)*clearChunk, len(r.slots[slot].cells))]
+		for n := range cells {
+			cells[n].Store(0)
+		}
+		r.cleared[slot][i].Store(k)
+	}
+	for ; c < k; c = r.cur.Load() {
 		if r.cur.CompareAndSwap(c, k) {
 			return
 		}
 	}
 }
 
-// clearChunk is how many counters clear zeroes between two checks that its
-// change of window is still the newest for that Estimator.
-const clearChunk = 64
-
-// clear zeroes Estimator slot for the change to window k. It stops, returning
-// false, once a change to window k+2 or later has been claimed: that change
-// owns the Estimator now, and it may already be counting a live window.
-func (r *Rate) clear(k, slot int64) bool {
-	cells := r.slots[slot].cells
-	for i := 0; i < len(cells); i += clearChunk {
-		if r.claimed.Load() >= k+2 {
-			return false
-		}
-		for j := i; j < min(i+clearChunk, len(cells)); j++ {
-			cells[j].Store(0)
-		}
-	}
-	return true
-}
+// clearChunk is how many counters make one chunk of the work of a change of
+// window.
+const clearChunk = 32
 
 // components reads key h's counts in the current and latest completed
 // windows. A read that overlaps a change of window is retried, so that it

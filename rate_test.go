@@ -214,17 +214,81 @@ func TestRateStaleCallerNeverClears(t *testing.T) {
 		r.Observe("k", 5)
 		time.Sleep(time.Second)
 		r.Observe("k", 3) // changes to window 1
-		for _, stale := range []int64{0, 1} {
-			r.advance(stale) // read the clock in window 0 or 1, before that change
+		for _, stale := range []time.Duration{500 * time.Millisecond, time.Second, 1900 * time.Millisecond} {
+			r.advance(stale) // read the clock then, before that change
 			if got := r.Rate("k"); got != 5 {
-				t.Errorf("after a late advance(%d): Rate = %v, want 5", stale, got)
+				t.Errorf("after a late advance(%v): Rate = %v, want 5", stale, got)
 			}
 			if got := r.Peek("k"); got != 3 {
-				t.Errorf("after a late advance(%d): Peek = %d, want 3", stale, got)
+				t.Errorf("after a late advance(%v): Peek = %d, want 3", stale, got)
 			}
 		}
 		if c, f := r.cur.Load(), r.claimed.Load(); c != 1 || f != 1 {
 			t.Errorf("window = %d (claimed %d), want 1", c, f)
+		}
+	})
+}
+
+// TestRateStalledClaimer plays a change of window whose claimer stops before
+// zeroing anything: the next caller does the work and publishes the window,
+// so the window's events are counted in it and not lost at the next change.
+func TestRateStalledClaimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		r := NewRate(time.Second)
+		r.Observe("k", 5)
+		sleepTo(start, time.Second)
+		r.claimed.Store(1) // claimed window 1, then descheduled
+		sleepTo(start, 1100*time.Millisecond)
+		if got := r.Observe("k", 3); got != 3 {
+			t.Errorf("after the stalled claim: Observe = %d, want 3 (in window 1)", got)
+		}
+		if c := r.cur.Load(); c != 1 {
+			t.Errorf("window = %d, want 1", c)
+		}
+		r.flip(1) // the claimer wakes up: nothing left to do
+		if got := r.Peek("k"); got != 3 {
+			t.Errorf("after the claimer resumed: Peek = %d, want 3", got)
+		}
+		sleepTo(start, 2*time.Second)
+		if got := r.Rate("k"); got != 3 {
+			t.Errorf("Rate of window 1 = %v, want 3", got)
+		}
+	})
+}
+
+// TestRateFlipSharedWork has a caller zero only part of the chunks of a
+// change, as if descheduled, and checks that the next caller zeroes the rest
+// and that the stale counts are gone.
+func TestRateFlipSharedWork(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := NewRateSize(time.Second, 2, 512)
+		for i := range 1000 {
+			r.Observe(fmt.Sprintf("k%d", i), 7) // window 0
+		}
+		time.Sleep(time.Second)
+		r.Observe("x", 0) // window 1
+		time.Sleep(time.Second)
+		// Window 2 reuses Estimator 0, still holding window 0's counts.
+		r.claimed.Store(2)
+		for i := 0; i < len(r.cleared[0]); i += 2 {
+			r.cleared[0][i].Store(2) // marked done, but never zeroed: a lie
+		}
+		r.Observe("x", 0) // finishes the change
+		stale := 0
+		for i := range 1000 {
+			if r.Peek(fmt.Sprintf("k%d", i)) != 0 {
+				stale++
+			}
+		}
+		// The chunks marked done were skipped; the others were zeroed.
+		if stale == 0 || stale == 1000 {
+			t.Errorf("%d keys kept window 0's counts; want some (the chunks marked done) but not all", stale)
+		}
+		for i := range r.cleared[0] {
+			if got := r.cleared[0][i].Load(); got != 2 {
+				t.Fatalf("chunk %d cleared for window %d, want 2", i, got)
+			}
 		}
 	})
 }
