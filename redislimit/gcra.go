@@ -376,8 +376,11 @@ func (g *GCRA) decision(allowed bool, ahead, n int64) limits.Decision {
 // call runs the script for the Redis key rkey, within the caller's context
 // and the timeout.
 func (g *GCRA) call(ctx context.Context, rkey string, args []any) (reply, error) {
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > g.timeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.timeout)
+		defer cancel()
+	}
 	var r reply
 	var err error
 	if g.ctxAware {

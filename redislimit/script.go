@@ -96,7 +96,7 @@ var errReply = errors.New("unexpected reply to the GCRA script")
 // run, so nothing is charged twice.
 func eval(ctx context.Context, c redis.Scripter, keys []string, args []any) (reply, error) {
 	cmd := c.EvalSha(ctx, script.Hash(), keys, args...)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		cmd = c.Eval(ctx, gcraScript, keys, args...)
 	}
 	vals, err := cmd.Slice()
