@@ -29,7 +29,7 @@ func TestFleetBound(t *testing.T) {
 	sent := 0
 	var wg sync.WaitGroup
 	for p := range processes {
-		c := newClient(t, srv.Addr(), p == 0) // one client of each kind
+		c := newClient(t, srv.Addr(), p == 0)                                                            // one client of each kind
 		g := New(c, 100, time.Second, WithBurst(burst), WithPrefix(prefix), WithTimeout(10*time.Second)) // T = 10ms
 		for range goroutines {
 			wg.Go(func() {

@@ -8,7 +8,6 @@
 package redistest
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -33,10 +32,11 @@ const startTimeout = 10 * time.Second
 // for concurrent use, but the state changes (Kill, Restart, Pause, Resume)
 // are meant to be made from the test's own goroutine.
 type Server struct {
-	tb   testing.TB
-	bin  string
-	dir  string
-	port int
+	tb    testing.TB
+	bin   string
+	dir   string
+	port  int
+	extra []string // more configuration, as command-line arguments
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -62,6 +62,12 @@ func Binary() string {
 // or fails it if LIMITS_REQUIRE_REDIS=1.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
+	return start(tb)
+}
+
+// start is Start with more configuration.
+func start(tb testing.TB, extra ...string) *Server {
+	tb.Helper()
 	bin := Binary()
 	if bin == "" {
 		msg := "redistest: redis-server not found in PATH or /usr/bin (install it, e.g. apt-get install redis-server)"
@@ -70,7 +76,7 @@ func Start(tb testing.TB) *Server {
 		}
 		tb.Skip(msg + "; skipping")
 	}
-	s := &Server{tb: tb, bin: bin, dir: tb.TempDir()}
+	s := &Server{tb: tb, bin: bin, dir: tb.TempDir(), extra: extra}
 	tb.Cleanup(s.stop)
 	var err error
 	for range 5 { // another process may take the port between our pick and the server's bind
@@ -103,7 +109,7 @@ func (s *Server) start() error {
 		return errors.New("already running")
 	}
 	log := &syncBuffer{}
-	cmd := exec.Command(s.bin,
+	args := []string{
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -111,7 +117,8 @@ func (s *Server) start() error {
 		"--dir", s.dir,
 		"--daemonize", "no",
 		"--logfile", "",
-	)
+	}
+	cmd := exec.Command(s.bin, append(args, s.extra...)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		return err
@@ -142,27 +149,13 @@ func (s *Server) start() error {
 	return nil
 }
 
-// ping sends PING to addr and reads the answer.
+// ping sends PING to addr and checks the answer.
 func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return err
+	reply, err := Command(addr, "PING")
+	if err == nil && reply != "PONG" {
+		err = fmt.Errorf("PING answered %q", reply)
 	}
-	defer c.Close()
-	if err := c.SetDeadline(time.Now().Add(time.Second)); err != nil {
-		return err
-	}
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", line)
-	}
-	return nil
+	return err
 }
 
 // Addr returns the server's address, "127.0.0.1:port". It stays the same
