@@ -26,13 +26,14 @@
 // 100ms), and Stats counts the failures. Redis may be down when New is
 // called and may go away and come back: calls fail by the policy meanwhile
 // and decide again once it answers. While Redis is unreachable each call may
-// take up to the timeout, until go-redis, after as many failed dials in a
-// row as its pool has connections, fails at once and probes Redis once a
-// second; decisions then resume within about a second of its return.
+// take up to the timeout, until go-redis, after PoolSize failed dials in a
+// row, fails at once and probes Redis once a second; decisions then resume
+// within about a second of its return.
 //
-// Errors only ever charge a key more, never less: a call that timed out
-// after reaching Redis may still be charged there, and go-redis retries a
-// command whose connection broke, which may charge it twice.
+// A failed call may still have charged its key in Redis: a command that
+// reached Redis after its caller gave up still runs, and go-redis retries a
+// command whose connection broke, which may charge it twice. Failures never
+// lower what a key owes.
 //
 // Redis Cluster: each key goes to the slot of its own name by default;
 // WithHashTag puts all keys of one limiter in one slot, at the cost of
