@@ -115,9 +115,14 @@ const (
 	ReasonCostAboveBurst
 	// ReasonInvalidCost: the request's cost is negative.
 	ReasonInvalidCost
+	// ReasonUnavailable: a limiter whose state lives elsewhere (such as the
+	// Redis GCRA of package redislimit) could not reach it and refuses
+	// rather than let the request through unmetered. It always comes with
+	// an error; a GCRA never returns it.
+	ReasonUnavailable
 )
 
-var reasonNames = [...]string{"allowed", "rate_limited", "table_full", "cost_above_burst", "invalid_cost"}
+var reasonNames = [...]string{"allowed", "rate_limited", "table_full", "cost_above_burst", "invalid_cost", "unavailable"}
 
 // String returns the reason as a code for logs and responses, such as
 // "rate_limited".

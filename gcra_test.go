@@ -146,7 +146,7 @@ func TestGCRACosts(t *testing.T) {
 func TestReasonString(t *testing.T) {
 	for r, want := range map[Reason]string{
 		ReasonAllowed: "allowed", ReasonRateLimited: "rate_limited", ReasonTableFull: "table_full",
-		ReasonCostAboveBurst: "cost_above_burst", ReasonInvalidCost: "invalid_cost", Reason(99): "reason(99)",
+		ReasonCostAboveBurst: "cost_above_burst", ReasonInvalidCost: "invalid_cost", ReasonUnavailable: "unavailable", Reason(99): "reason(99)",
 	} {
 		if got := r.String(); got != want {
 			t.Errorf("Reason(%d).String() = %q, want %q", r, got, want)

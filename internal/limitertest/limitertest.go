@@ -1,0 +1,368 @@
+// Package limitertest is the conformance suite for limiters that implement
+// httplimit.Limiter with the semantics of limits.GCRA: the local one
+// (httplimit.Local) and the Redis one (package redislimit) run the same
+// table, so their decisions agree.
+//
+// The suite runs on real time, since a limiter such as the Redis one keeps
+// its own clock. Most cases use periods so long that the milliseconds a test
+// takes cannot change a decision, and compare durations with the truth up to
+// the time the case has taken so far plus the limiter's clock granularity,
+// both measured, never guessed. Identities that hold whatever the time
+// (Remaining and RetryAfter from ResetAfter, the emission interval's
+// rounding) are checked exactly on every decision.
+package limitertest
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/httplimit"
+)
+
+// Factory returns a limiter with no state yet, allowing each key limit
+// events per period in bursts of at most burst.
+type Factory func(t *testing.T, limit int, period time.Duration, burst int) httplimit.Limiter
+
+// Run runs the suite against the limiters newLimiter makes, as subtests of
+// t. granularity is the step of the limiter's clock: 0 for one that reads
+// time.Now, a microsecond for Redis's TIME.
+func Run(t *testing.T, granularity time.Duration, newLimiter Factory) {
+	t.Run("Sequences", func(t *testing.T) { testSequences(t, granularity, newLimiter) })
+	t.Run("AgainstModel", func(t *testing.T) { testAgainstModel(t, granularity, newLimiter) })
+	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, newLimiter) })
+	t.Run("Recovery", func(t *testing.T) { testRecovery(t, granularity, newLimiter) })
+}
+
+// policy is a limiter's configuration, with T and d = burst*T computed as
+// limits.GCRA does.
+type policy struct {
+	limit  int
+	period time.Duration
+	burst  int
+	t, d   int64
+}
+
+func newPolicy(limit int, period time.Duration, burst int) policy {
+	t := int64(period) / int64(limit)
+	if int64(period)%int64(limit) != 0 {
+		t++
+	}
+	return policy{limit: limit, period: period, burst: burst, t: t, d: t * int64(burst)}
+}
+
+// checkIdentities checks what must hold of any decision on a request of
+// cost n, whatever the time.
+func (p policy) checkIdentities(t *testing.T, what string, n int, d limits.Decision) {
+	t.Helper()
+	if d.Limit != p.limit || d.Period != p.period || d.Burst != p.burst {
+		t.Errorf("%s: policy %d/%v burst %d, want %d/%v burst %d", what, d.Limit, d.Period, d.Burst, p.limit, p.period, p.burst)
+	}
+	if d.Allowed != (d.Reason == limits.ReasonAllowed) {
+		t.Errorf("%s: Allowed %v with Reason %v", what, d.Allowed, d.Reason)
+	}
+	if d.ResetAfter < 0 || int64(d.ResetAfter) > p.d {
+		t.Errorf("%s: ResetAfter %v outside [0, burst*T = %v]", what, d.ResetAfter, time.Duration(p.d))
+	}
+	if want := int((p.d - int64(d.ResetAfter)) / p.t); d.Remaining != want {
+		t.Errorf("%s: Remaining %d, want %d from ResetAfter %v and T %v", what, d.Remaining, want, d.ResetAfter, time.Duration(p.t))
+	}
+	if d.Reason == limits.ReasonRateLimited {
+		// The request is allowed once the TAT, now ResetAfter ahead, has
+		// come within d - n*T of now.
+		if want := time.Duration(int64(d.ResetAfter) + int64(n)*p.t - p.d); d.RetryAfter != want || want <= 0 {
+			t.Errorf("%s: RetryAfter %v, want %v from ResetAfter %v, T %v and burst %d", what, d.RetryAfter, want, d.ResetAfter, time.Duration(p.t), p.burst)
+		}
+	} else if d.RetryAfter != 0 {
+		t.Errorf("%s: RetryAfter %v with Reason %v", what, d.RetryAfter, d.Reason)
+	}
+}
+
+// step is one request of a sequence and the decision it must get. retry and
+// reset are in multiples of T at the instant of the sequence's first
+// request; the limiter's answers may be smaller by the time the sequence
+// has taken since, plus the clock's granularity.
+type step struct {
+	key       string
+	n         int
+	allowed   bool
+	reason    limits.Reason
+	remaining int
+	retry     int64
+	reset     int64
+}
+
+func ok(key string, n, remaining int, reset int64) step {
+	return step{key: key, n: n, allowed: true, remaining: remaining, reset: reset}
+}
+
+func limited(key string, n, remaining int, retry, reset int64) step {
+	return step{key: key, n: n, reason: limits.ReasonRateLimited, remaining: remaining, retry: retry, reset: reset}
+}
+
+func refused(key string, n int, reason limits.Reason, remaining int, reset int64) step {
+	return step{key: key, n: n, reason: reason, remaining: remaining, reset: reset}
+}
+
+const (
+	day  = 24 * time.Hour
+	year = 365 * day
+)
+
+var longKey = strings.Repeat("k", 1000)
+
+var sequences = []struct {
+	name          string
+	limit         int
+	period        time.Duration
+	burst         int
+	steps         []step
+	wantT         time.Duration
+	checkExactlyT bool
+}{
+	{
+		name: "burst then refuse", limit: 10, period: time.Hour, burst: 3,
+		steps: []step{
+			ok("k", 1, 2, 1), ok("k", 1, 1, 2), ok("k", 1, 0, 3),
+			limited("k", 1, 0, 1, 3), limited("k", 1, 0, 1, 3),
+			ok("other", 1, 2, 1), ok("k", 0, 0, 3),
+		},
+	},
+	{
+		name: "costs", limit: 5, period: time.Hour, burst: 5,
+		steps: []step{
+			ok("k", 3, 2, 3),
+			limited("k", 3, 2, 1, 3),
+			refused("k", 6, limits.ReasonCostAboveBurst, 2, 3),
+			refused("k", 1000, limits.ReasonCostAboveBurst, 2, 3),
+			refused("k", math.MaxInt, limits.ReasonCostAboveBurst, 2, 3),
+			refused("k", -1, limits.ReasonInvalidCost, 2, 3),
+			refused("k", math.MinInt, limits.ReasonInvalidCost, 2, 3),
+			ok("k", 0, 2, 3),
+			ok("k", 2, 0, 5),
+			limited("k", 1, 0, 1, 5),
+			limited("k", 5, 0, 5, 5),
+			ok("k", 0, 0, 5),
+		},
+	},
+	{
+		name: "new keys", limit: 4, period: time.Hour, burst: 4,
+		steps: []step{
+			ok("a", 0, 4, 0),
+			refused("b", -1, limits.ReasonInvalidCost, 4, 0),
+			refused("c", 5, limits.ReasonCostAboveBurst, 4, 0),
+			ok("a", 4, 0, 4), ok("b", 4, 0, 4), ok("c", 4, 0, 4),
+		},
+	},
+	{
+		name: "burst of one", limit: 4, period: time.Hour, burst: 1,
+		steps: []step{
+			ok("k", 1, 0, 1), limited("k", 1, 0, 1, 1), ok("k", 0, 0, 1),
+			refused("k", 2, limits.ReasonCostAboveBurst, 0, 1),
+		},
+	},
+	{
+		name: "burst above the limit", limit: 2, period: time.Hour, burst: 5,
+		steps: []step{
+			ok("k", 1, 4, 1), ok("k", 2, 2, 3), ok("k", 2, 0, 5), limited("k", 1, 0, 1, 5),
+		},
+	},
+	{
+		// 3600s/7 is not a whole number of nanoseconds: T is rounded up.
+		name: "emission interval rounded up", limit: 7, period: time.Hour, burst: 2,
+		wantT: 514285714286, checkExactlyT: true,
+		steps: []step{ok("k", 1, 1, 1), ok("k", 1, 0, 2), limited("k", 1, 0, 1, 2)},
+	},
+	{
+		name: "full burst at once", limit: 1000, period: time.Hour, burst: 1000,
+		steps: []step{ok("k", 1000, 0, 1000), limited("k", 1, 0, 1, 1000), limited("k", 1000, 0, 1000, 1000)},
+	},
+	{
+		name: "daily quota", limit: 5000, period: day, burst: 5000,
+		steps: []step{ok("acct", 4999, 1, 4999), ok("acct", 1, 0, 5000), limited("acct", 10, 0, 10, 5000)},
+	},
+	{
+		// burst*T is about 1.6e18ns, far beyond the 2^53 that doubles hold
+		// exactly.
+		name: "fifty years", limit: 1, period: 50 * year, burst: 1,
+		steps: []step{ok("k", 1, 0, 1), limited("k", 1, 0, 1, 1), ok("k", 0, 0, 1)},
+	},
+	{
+		name: "yearly quota", limit: 1000, period: year, burst: 1000,
+		steps: []step{ok("k", 999, 1, 999), ok("k", 1, 0, 1000), limited("k", 7, 0, 7, 1000)},
+	},
+	{
+		// 3.5ns rounded up: T below the microsecond of Redis's clock.
+		name: "four nanoseconds", limit: 1_000_000_000, period: 3500 * time.Millisecond, burst: 3,
+		wantT: 4, checkExactlyT: true,
+		steps: []step{ok("k", 3, 0, 3)},
+	},
+	{
+		name: "unusual keys", limit: 2, period: time.Hour, burst: 2,
+		steps: []step{
+			ok("", 2, 0, 2), ok(" ", 2, 0, 2), ok("a b", 2, 0, 2), ok("{tag}x", 2, 0, 2),
+			ok("{tag}y", 2, 0, 2), ok("ключ", 2, 0, 2), ok("k\x00\n", 2, 0, 2), ok(longKey, 2, 0, 2),
+			limited("", 1, 0, 1, 2), limited("{tag}x", 1, 0, 1, 2), limited(longKey, 1, 0, 1, 2),
+		},
+	},
+}
+
+func testSequences(t *testing.T, granularity time.Duration, newLimiter Factory) {
+	ctx := context.Background()
+	for _, seq := range sequences {
+		t.Run(seq.name, func(t *testing.T) {
+			p := newPolicy(seq.limit, seq.period, seq.burst)
+			if seq.checkExactlyT && time.Duration(p.t) != seq.wantT {
+				t.Fatalf("the suite computes T = %v, want %v", time.Duration(p.t), seq.wantT)
+			}
+			l := newLimiter(t, seq.limit, seq.period, seq.burst)
+			start := time.Now()
+			for i, s := range seq.steps {
+				d, err := l.AllowN(ctx, s.key, s.n)
+				slack := time.Since(start) + granularity
+				what := fmt.Sprintf("step %d: AllowN(%.20q, %d)", i, s.key, s.n)
+				if err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				p.checkIdentities(t, what, s.n, d)
+				if d.Allowed != s.allowed || d.Reason != s.reason || d.Remaining != s.remaining {
+					t.Errorf("%s: %+v, want allowed %v, reason %v, remaining %d", what, d, s.allowed, s.reason, s.remaining)
+				}
+				checkNear(t, what+": RetryAfter", d.RetryAfter, s.retry*p.t, slack)
+				checkNear(t, what+": ResetAfter", d.ResetAfter, s.reset*p.t, slack)
+			}
+		})
+	}
+}
+
+// checkNear checks that got is want, or less by at most slack, the time
+// that may have passed since want was true.
+func checkNear(t *testing.T, what string, got time.Duration, want int64, slack time.Duration) {
+	t.Helper()
+	if int64(got) > want || int64(got) < want-int64(slack) {
+		t.Errorf("%s = %v, want %v or less by at most %v", what, got, time.Duration(want), slack)
+	}
+}
+
+// testAgainstModel sends random requests, costs out of range included, on a
+// few keys of a limiter so slow that no key recovers anything during the
+// test, and compares each decision with a model that counts each key's
+// charges: then a request is allowed if and only if it fits in what is
+// left of the burst.
+func testAgainstModel(t *testing.T, granularity time.Duration, newLimiter Factory) {
+	ctx := context.Background()
+	for seed := range uint64(4) {
+		rng := rand.New(rand.NewPCG(seed, 6))
+		burst := 1 + rng.IntN(12)
+		limit := 1 + rng.IntN(20)
+		p := newPolicy(limit, 1000*time.Hour, burst)
+		l := newLimiter(t, p.limit, p.period, p.burst)
+		used := map[string]int{}
+		start := time.Now()
+		for i := range 150 {
+			key := fmt.Sprintf("key-%d", rng.IntN(4))
+			n := rng.IntN(burst+3) - 1
+			d, err := l.AllowN(ctx, key, n)
+			slack := time.Since(start) + granularity
+			what := fmt.Sprintf("seed %d request %d: AllowN(%s, %d) with %d of %d used", seed, i, key, n, used[key], burst)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			p.checkIdentities(t, what, n, d)
+			want := step{reason: limits.ReasonAllowed, allowed: true}
+			switch {
+			case n < 0:
+				want = step{reason: limits.ReasonInvalidCost}
+			case n > burst:
+				want = step{reason: limits.ReasonCostAboveBurst}
+			case used[key]+n > burst:
+				want = step{reason: limits.ReasonRateLimited, retry: int64(used[key] + n - burst)}
+			default:
+				used[key] += n
+			}
+			want.remaining = burst - used[key]
+			if d.Allowed != want.allowed || d.Reason != want.reason || d.Remaining != want.remaining {
+				t.Fatalf("%s: %+v, want allowed %v, reason %v, remaining %d", what, d, want.allowed, want.reason, want.remaining)
+			}
+			checkNear(t, what+": RetryAfter", d.RetryAfter, want.retry*p.t, slack)
+			checkNear(t, what+": ResetAfter", d.ResetAfter, int64(used[key])*p.t, slack)
+		}
+	}
+}
+
+// testConcurrent has goroutines race for one key's burst: exactly the burst
+// passes, and the allowed decisions report each Remaining from burst-1 down
+// to 0 once, as if they had been made one at a time.
+func testConcurrent(t *testing.T, newLimiter Factory) {
+	const workers, each, burst = 8, 40, 100
+	l := newLimiter(t, burst, 1000*time.Hour, burst)
+	var mu sync.Mutex
+	seen := map[int]int{}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				d, err := l.AllowN(context.Background(), "hot", 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					mu.Lock()
+					seen[d.Remaining]++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != burst {
+		t.Errorf("%d distinct Remaining values among the allowed, want %d: %v", len(seen), burst, seen)
+	}
+	for r, c := range seen {
+		if r < 0 || r >= burst || c != 1 {
+			t.Errorf("Remaining %d reported %d times", r, c)
+		}
+	}
+}
+
+// testRecovery waits for what the limiter says: a request refused with
+// RetryAfter r is allowed r later, and a key is back to its full burst
+// ResetAfter later. Waiting longer than told is always right, so the test
+// waits the time told plus the clock's granularity.
+func testRecovery(t *testing.T, granularity time.Duration, newLimiter Factory) {
+	ctx := context.Background()
+	start := time.Now()
+	p := newPolicy(10, time.Second, 2) // T = 100ms
+	l := newLimiter(t, p.limit, p.period, p.burst)
+	allow := func(n int) limits.Decision {
+		t.Helper()
+		d, err := l.AllowN(ctx, "k", n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.checkIdentities(t, fmt.Sprintf("AllowN(k, %d)", n), n, d)
+		return d
+	}
+	allow(1)
+	allow(1)
+	if d := allow(2); d.Reason == limits.ReasonRateLimited {
+		time.Sleep(d.RetryAfter + granularity)
+		if d := allow(2); !d.Allowed {
+			t.Fatalf("AllowN(k, 2) after RetryAfter: %+v", d)
+		}
+	} else {
+		t.Logf("AllowN(k, 2) allowed at once, %v after the first request: RetryAfter not exercised", time.Since(start))
+	}
+	d := allow(0)
+	time.Sleep(d.ResetAfter + granularity)
+	if d := allow(0); d.Remaining != p.burst || d.ResetAfter != 0 {
+		t.Errorf("after ResetAfter: %+v, want the full burst", d)
+	}
+}

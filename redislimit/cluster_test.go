@@ -1,0 +1,61 @@
+package redislimit
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/limitsgo/limits/httplimit"
+	"github.com/limitsgo/limits/internal/limitertest"
+	"github.com/limitsgo/limits/redislimit/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestCluster runs the conformance suite on a three-node Redis Cluster
+// through the client redis.NewUniversalClient makes for it, and checks
+// where the keys go: spread over the nodes by default, all on one node with
+// a hash tag.
+func TestCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: cluster.Addrs(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	if _, ok := c.(*redis.ClusterClient); !ok {
+		t.Fatalf("NewUniversalClient made a %T", c)
+	}
+	if !honorsContext(c) {
+		t.Error("a ClusterClient with ContextTimeoutEnabled is not seen as bounding its I/O by the context")
+	}
+	limitertest.Run(t, time.Microsecond, func(t *testing.T, limit int, period time.Duration, burst int) httplimit.Limiter {
+		return New(c, limit, period, WithBurst(burst), WithPrefix(freshPrefix()), WithTimeout(10*time.Second))
+	})
+
+	ctx := context.Background()
+	spread := New(c, 10, time.Hour, WithPrefix(freshPrefix()))
+	tagged := New(c, 10, time.Hour, WithPrefix(freshPrefix()), WithHashTag())
+	for i := range 32 {
+		for _, g := range []*GCRA{spread, tagged} {
+			if d, err := g.Allow(ctx, fmt.Sprint("client-", i)); err != nil || !d.Allowed {
+				t.Fatalf("%+v, %v", d, err)
+			}
+		}
+	}
+	nodesWith := func(g *GCRA) (nodes, keys int) {
+		for _, addr := range cluster.Addrs() {
+			node := redis.NewClient(&redis.Options{Addr: addr})
+			n := len(node.Keys(ctx, g.Key("*")).Val())
+			node.Close()
+			if n > 0 {
+				nodes++
+				keys += n
+			}
+		}
+		return nodes, keys
+	}
+	if nodes, keys := nodesWith(spread); nodes < 2 || keys != 32 {
+		t.Errorf("without a hash tag: %d keys on %d nodes, want 32 on several", keys, nodes)
+	}
+	if nodes, keys := nodesWith(tagged); nodes != 1 || keys != 32 {
+		t.Errorf("with a hash tag: %d keys on %d nodes, want 32 on one", keys, nodes)
+	}
+}
