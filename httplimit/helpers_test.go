@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"testing"
 )
@@ -118,3 +119,5 @@ func goGet(t *testing.T, c *http.Client, path string) {
 
 // ok is a handler that answers 200 "ok".
 var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+
+func runtimeProcs() int { return runtime.GOMAXPROCS(0) }

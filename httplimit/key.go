@@ -6,6 +6,19 @@ import (
 	"strings"
 )
 
+// clientKey returns the key of the client's address bucket: "a:" and its
+// prefix, or "a:invalid" for requests whose address cannot be parsed.
+func (m *Middleware) clientKey(r *http.Request) string {
+	var buf [64]byte
+	b := append(buf[:0], "a:"...)
+	if p := m.clientIP(r); p.IsValid() {
+		b, _ = p.AppendText(b)
+	} else {
+		b = append(b, "invalid"...)
+	}
+	return string(b)
+}
+
 // clientIP returns the address of the client that sent r, as its group
 // prefix: the IPv4 or IPv6 prefix of the configured length holding it. The
 // peer is r.RemoteAddr. Only when the peer is a trusted proxy are the

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -62,7 +63,7 @@ type Middleware struct {
 	inflightStatus int
 
 	headers    HeaderMode
-	policyName string
+	policyName string // quoted
 	deny       func(http.ResponseWriter, *http.Request, Denial)
 	logger     *slog.Logger
 
@@ -162,6 +163,7 @@ func New(cfg Config) (*Middleware, error) {
 	if m.policyName == "" {
 		m.policyName = "default"
 	}
+	m.policyName = strconv.Quote(m.policyName) // as the header fields carry it
 	for i, p := range cfg.TrustedProxies {
 		m.proxies[i] = p.Masked()
 	}
@@ -253,10 +255,22 @@ func (m *Middleware) Stats() Stats {
 }
 
 // request is what the Middleware holds for one request until its handler
-// returns.
+// returns. It is also the request's context, so that ReleaseCapacity can
+// find it without a context of its own.
 type request struct {
+	context.Context
 	permit limits.Permit
 	guard  limits.Guard
+}
+
+type requestKey struct{}
+
+// Value returns q for requestKey, and otherwise asks the parent context.
+func (q *request) Value(key any) any {
+	if key == (requestKey{}) {
+		return q
+	}
+	return q.Context.Value(key)
 }
 
 // release gives back everything the request holds.
@@ -264,8 +278,6 @@ func (q *request) release() {
 	q.permit.Release()
 	q.guard.Close()
 }
-
-type requestKey struct{}
 
 // ReleaseCapacity gives back the place r holds in the Middleware's gate
 // before its handler returns, so that a long-lived request, such as a
@@ -285,13 +297,16 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		next.ServeHTTP(w, r)
 		return
 	}
-	q := new(request)
-	done := false // whether q is released here, not by a handler still running
-	defer func() {
-		if !done {
-			q.release()
-		}
-	}()
+	var q *request // what the request holds, if any layer makes it hold anything
+	handedOff := false
+	if m.gate != nil || m.inflight != nil || m.timeout > 0 {
+		q = &request{Context: r.Context()}
+		defer func() {
+			if !handedOff {
+				q.release()
+			}
+		}()
+	}
 
 	if m.gate != nil {
 		var err error
@@ -306,12 +321,12 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			m.refuse(w, r, "", Denial{Status: http.StatusServiceUnavailable, Reason: ReasonServerBusy, RetryAfter: m.busyRetry})
 			return
 		}
-		r = r.WithContext(context.WithValue(r.Context(), requestKey{}, q))
+		r = r.WithContext(q)
 	}
 
 	key := ""
 	if m.addr != nil || m.inflight != nil {
-		key = m.clientIP(r).String()
+		key = m.clientKey(r)
 	}
 	if !m.limit(w, r, key) {
 		return
@@ -329,7 +344,7 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 
 	m.n.allowed.Add(1)
 	if m.timeout > 0 {
-		done = true
+		handedOff = true
 		m.serveWithTimeout(next, w, r, q)
 		return
 	}
@@ -339,57 +354,72 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 // limit applies the rate layer: the caller key's bucket first, so that a
 // caller refused there does not also drain its address, then the address
 // bucket, always. It writes the refusal and returns false if either
-// refuses.
+// refuses; otherwise it sets the rate limit headers.
 func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, addrKey string) bool {
 	var decs [2]limits.Decision
 	var names [2]string
 	n := 0
-	check := func(l Limiter, key, name string) bool {
-		d, err := l.AllowN(r.Context(), key, 1)
-		if err != nil {
-			m.n.limiterError.Add(1)
-			if m.onError == FailOpen {
-				m.log(r, "httplimit: limiter failed; request served", ReasonLimiterError, key, err)
-				return true
-			}
-			m.refuse(w, r, key, Denial{Status: http.StatusServiceUnavailable, Reason: ReasonLimiterError, RetryAfter: m.busyRetry, Err: err})
-			return false
-		}
-		decs[n], names[n] = d, name
-		n++
-		if d.Allowed {
-			return true
-		}
-		den := Denial{Status: http.StatusTooManyRequests, Reason: ReasonRateLimited, RetryAfter: ceilSecond(d.RetryAfter), Decision: &decs[n-1]}
-		if d.Reason == limits.ReasonTableFull {
-			m.n.tableFull.Add(1)
-			den.Status, den.Reason, den.RetryAfter = http.StatusServiceUnavailable, ReasonTableFull, m.busyRetry
-		} else {
-			m.n.rateLimited.Add(1)
-		}
-		if den.RetryAfter == 0 {
-			den.RetryAfter = m.busyRetry
-		}
-		m.setRateHeaders(w.Header(), decs[n-1:n], names[n-1:n])
-		m.refuse(w, r, key, den)
-		return false
-	}
 	if m.caller != nil {
-		if ck := m.callerKey(r); ck != "" && !check(m.caller, "c:"+ck, m.policyName) {
-			return false
+		if ck := m.callerKey(r); ck != "" {
+			names[n] = m.policyName
+			ok, decided := m.decide(w, r, m.caller, "c:"+ck, names[n], &decs[n])
+			if decided {
+				n++
+			}
+			if !ok {
+				return false
+			}
 		}
 	}
 	if m.addr != nil {
-		name := m.policyName
+		names[n] = m.policyName
 		if m.caller != nil {
-			name = "address"
+			names[n] = `"address"`
 		}
-		if !check(m.addr, "a:"+addrKey, name) {
+		ok, decided := m.decide(w, r, m.addr, addrKey, names[n], &decs[n])
+		if decided {
+			n++
+		}
+		if !ok {
 			return false
 		}
 	}
 	m.setRateHeaders(w.Header(), decs[:n], names[:n])
 	return true
+}
+
+// decide asks l about a request for key, stores its Decision in *d and
+// reports whether the request may go on and whether l decided (rather than
+// failed). It writes the refusal, with the bucket's headers.
+func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, l Limiter, key, name string, d *limits.Decision) (ok, decided bool) {
+	dec, err := l.AllowN(r.Context(), key, 1)
+	if err != nil {
+		m.n.limiterError.Add(1)
+		if m.onError == FailOpen {
+			m.log(r, "httplimit: limiter failed; request served", ReasonLimiterError, key, err)
+			return true, false
+		}
+		m.refuse(w, r, key, Denial{Status: http.StatusServiceUnavailable, Reason: ReasonLimiterError, RetryAfter: m.busyRetry, Err: err})
+		return false, false
+	}
+	*d = dec
+	if dec.Allowed {
+		return true, true
+	}
+	refused := dec // a copy for the Denial, made only on this path
+	den := Denial{Status: http.StatusTooManyRequests, Reason: ReasonRateLimited, RetryAfter: ceilSecond(dec.RetryAfter), Decision: &refused}
+	if dec.Reason == limits.ReasonTableFull {
+		m.n.tableFull.Add(1)
+		den.Status, den.Reason = http.StatusServiceUnavailable, ReasonTableFull
+	} else {
+		m.n.rateLimited.Add(1)
+	}
+	if den.RetryAfter == 0 {
+		den.RetryAfter = m.busyRetry
+	}
+	m.setRateHeaders(w.Header(), []limits.Decision{dec}, []string{name})
+	m.refuse(w, r, key, den)
+	return false, true
 }
 
 // ceilSecond rounds d up to a whole second.

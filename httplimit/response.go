@@ -66,7 +66,7 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, key string, 
 }
 
 // setRateHeaders sets the rate limit headers of the selected mode for the
-// decisions of the buckets named.
+// decisions of the buckets named (names quoted).
 //
 // In the IETF fields, q is the policy's Limit and w its Period in whole
 // seconds (rounded up; at least 1). r is the requests left now, and t the
@@ -78,26 +78,37 @@ func (m *Middleware) setRateHeaders(h http.Header, decs []limits.Decision, names
 	if len(decs) == 0 || m.headers == HeadersNone {
 		return
 	}
+	// Every value is built in one buffer and cut from one string.
+	var buf [256]byte
+	b := buf[:0]
+	var ends [5]int
+	var keys [5]string
+	nv := 0
 	if m.headers != HeadersLegacy {
-		var policy, state []byte
 		for i, d := range decs {
 			if i > 0 {
-				policy = append(policy, ", "...)
-				state = append(state, ", "...)
+				b = append(b, ", "...)
 			}
-			policy = strconv.AppendQuote(policy, names[i])
-			policy = append(policy, ";q="...)
-			policy = strconv.AppendInt(policy, int64(d.Limit), 10)
-			policy = append(policy, ";w="...)
-			policy = strconv.AppendInt(policy, max(1, seconds(d.Period)), 10)
-			state = strconv.AppendQuote(state, names[i])
-			state = append(state, ";r="...)
-			state = strconv.AppendInt(state, int64(d.Remaining), 10)
-			state = append(state, ";t="...)
-			state = strconv.AppendInt(state, seconds(resetIn(d)), 10)
+			b = append(b, names[i]...)
+			b = append(b, ";q="...)
+			b = strconv.AppendInt(b, int64(d.Limit), 10)
+			b = append(b, ";w="...)
+			b = strconv.AppendInt(b, max(1, seconds(d.Period)), 10)
 		}
-		h["Ratelimit-Policy"] = []string{string(policy)}
-		h["Ratelimit"] = []string{string(state)}
+		ends[nv], keys[nv] = len(b), "Ratelimit-Policy"
+		nv++
+		for i, d := range decs {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = append(b, names[i]...)
+			b = append(b, ";r="...)
+			b = strconv.AppendInt(b, int64(d.Remaining), 10)
+			b = append(b, ";t="...)
+			b = strconv.AppendInt(b, seconds(resetIn(d)), 10)
+		}
+		ends[nv], keys[nv] = len(b), "Ratelimit"
+		nv++
 	}
 	if m.headers == HeadersIETFAndLegacy || m.headers == HeadersLegacy {
 		d := decs[0]
@@ -106,9 +117,21 @@ func (m *Middleware) setRateHeaders(h http.Header, decs []limits.Decision, names
 				d = e
 			}
 		}
-		h["X-Ratelimit-Limit"] = []string{strconv.Itoa(d.Limit)}
-		h["X-Ratelimit-Remaining"] = []string{strconv.Itoa(d.Remaining)}
-		h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(seconds(resetIn(d)), 10)}
+		b = strconv.AppendInt(b, int64(d.Limit), 10)
+		ends[nv], keys[nv] = len(b), "X-Ratelimit-Limit"
+		b = strconv.AppendInt(b, int64(d.Remaining), 10)
+		ends[nv+1], keys[nv+1] = len(b), "X-Ratelimit-Remaining"
+		b = strconv.AppendInt(b, seconds(resetIn(d)), 10)
+		ends[nv+2], keys[nv+2] = len(b), "X-Ratelimit-Reset"
+		nv += 3
+	}
+	all := string(b)
+	vals := make([]string, nv)
+	from := 0
+	for i := range nv {
+		vals[i] = all[from:ends[i]]
+		h[keys[i]] = vals[i : i+1 : i+1]
+		from = ends[i]
 	}
 }
 

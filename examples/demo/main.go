@@ -1,0 +1,259 @@
+// Command demo shows the httplimit middleware at work: it serves a small
+// API on loopback behind the middleware, drives a few seconds of traffic
+// from simulated clients at it, and prints what each client got.
+//
+//	go run ./examples/demo
+//
+// The clients:
+//
+//   - polite: one user at 4 requests a second, well within the limits;
+//   - abusive: one session sending 1,000 requests a second;
+//   - office: five users behind one NAT address, each with its own session,
+//     each at 5 requests a second;
+//   - rotator: a client sending a new session cookie with every request,
+//     trying to escape its limit;
+//   - probe: a health check every 100ms, exempt from every limit;
+//   - burst: 40 slow report requests at once, more than the gate admits.
+//
+// Every request comes from 127.0.0.1; the clients stand for different
+// addresses with X-Forwarded-For, which the middleware reads because
+// loopback is configured as a trusted proxy.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/httplimit"
+)
+
+func main() {
+	d := flag.Duration("duration", 3*time.Second, "how long the clients send traffic")
+	flag.Parse()
+	if err := run(os.Stdout, *d); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// config is the middleware of the demo: 10 requests a second per session,
+// 40 per address, 8 requests in flight at most.
+func config() httplimit.Config {
+	return httplimit.Config{
+		Exempt:         httplimit.ExemptPaths("/healthz"),
+		MaxInFlight:    8,
+		QueueWait:      5 * time.Millisecond,
+		Rate:           limits.Limit{Events: 10, Period: time.Second},
+		CallerKey:      httplimit.CookieKey("session"),
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
+	}
+}
+
+// app is the service behind the middleware.
+func app() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("/api", func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(5 * time.Millisecond)
+		io.WriteString(w, "{}\n")
+	})
+	mux.HandleFunc("/report", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(300 * time.Millisecond):
+			io.WriteString(w, "report\n")
+		case <-r.Context().Done():
+		}
+	})
+	return mux
+}
+
+// tally counts one client's answers.
+type tally struct {
+	mu         sync.Mutex
+	status     map[int]int
+	retryAfter []int
+	errors     int
+}
+
+func (t *tally) add(resp *http.Response, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		t.errors++
+		return
+	}
+	t.status[resp.StatusCode]++
+	if ra := resp.Header.Get("Retry-After"); ra != "" {
+		if n, err := strconv.Atoi(ra); err == nil {
+			t.retryAfter = append(t.retryAfter, n)
+		}
+	}
+}
+
+// client is one simulated client: a name, the address it stands for, and
+// its traffic.
+type client struct {
+	name, addr string
+	drive      func(ctx context.Context, send func(path, session string))
+}
+
+// every calls f every period until ctx ends.
+func every(ctx context.Context, period time.Duration, f func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		f()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func clients() []client {
+	return []client{
+		{"polite", "192.0.2.10", func(ctx context.Context, send func(string, string)) {
+			every(ctx, 250*time.Millisecond, func() { send("/api", "polite-1") })
+		}},
+		{"abusive", "203.0.113.66", func(ctx context.Context, send func(string, string)) {
+			every(ctx, time.Millisecond, func() { send("/api", "abuser-1") })
+		}},
+		{"office (5 users)", "198.51.100.20", func(ctx context.Context, send func(string, string)) {
+			var wg sync.WaitGroup
+			for u := range 5 {
+				wg.Go(func() {
+					every(ctx, 200*time.Millisecond, func() { send("/api", fmt.Sprintf("office-%d", u)) })
+				})
+			}
+			wg.Wait()
+		}},
+		{"rotator", "203.0.113.99", func(ctx context.Context, send func(string, string)) {
+			i := 0
+			every(ctx, 5*time.Millisecond, func() {
+				i++
+				send("/api", fmt.Sprintf("fresh-%d", i))
+			})
+		}},
+		{"probe", "10.0.0.2", func(ctx context.Context, send func(string, string)) {
+			every(ctx, 100*time.Millisecond, func() { send("/healthz", "") })
+		}},
+		{"burst", "192.0.2.77", func(ctx context.Context, send func(string, string)) {
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+				return
+			}
+			var wg sync.WaitGroup
+			for i := range 40 {
+				wg.Go(func() { send("/report", fmt.Sprintf("burst-%d", i)) })
+			}
+			wg.Wait()
+		}},
+	}
+}
+
+// run serves the demo on a free loopback port, drives the clients for d
+// and writes the table to out.
+func run(out io.Writer, d time.Duration) error {
+	m, err := httplimit.New(config())
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: m.Handler(app()), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	defer srv.Close()
+	base := "http://" + ln.Addr().String()
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	defer hc.CloseIdleConnections()
+
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cs := clients()
+	tallies := make([]*tally, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		t := &tally{status: map[int]int{}}
+		tallies[i] = t
+		wg.Go(func() {
+			c.drive(ctx, func(path, session string) {
+				req, err := http.NewRequest(http.MethodGet, base+path, nil)
+				if err != nil {
+					t.add(nil, err)
+					return
+				}
+				req.Header.Set("X-Forwarded-For", c.addr)
+				if session != "" {
+					req.AddCookie(&http.Cookie{Name: "session", Value: session})
+				}
+				resp, err := hc.Do(req)
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				t.add(resp, err)
+			})
+		})
+	}
+	wg.Wait()
+
+	fmt.Fprintf(out, "%v of traffic; each session may send 10 requests a second, each address 40, and 8 requests may be in flight at once.\n\n", d)
+	fmt.Fprintf(out, "%-17s %-14s %6s %6s %6s %6s  %s\n", "client", "address", "sent", "200", "429", "503", "Retry-After (s)")
+	for i, c := range cs {
+		t := tallies[i]
+		sent := t.errors
+		for _, n := range t.status {
+			sent += n
+		}
+		fmt.Fprintf(out, "%-17s %-14s %6d %6d %6d %6d  %s\n", c.name, c.addr, sent,
+			t.status[200], t.status[429], t.status[503], spread(t.retryAfter))
+		if t.errors > 0 {
+			fmt.Fprintf(out, "%-17s %d requests failed\n", "", t.errors)
+		}
+	}
+	fmt.Fprintln(out, "\n429: the session's or the address's rate limit; 503: the gate was full (the burst's slow reports).")
+	s := m.Stats()
+	fmt.Fprintf(out, "\ngate: %d admitted, %d shed, peak %d of %d in flight, %d in flight now\n",
+		s.Gate.Admitted, s.Gate.Shed, s.Gate.Peak, s.Gate.Max, s.Gate.InFlight)
+	fmt.Fprintf(out, "middleware: %d allowed, %d rate_limited, %d server_busy, %d exempt\n",
+		s.Allowed, s.RateLimited, s.ServerBusy, s.Exempt)
+	return nil
+}
+
+// spread describes the Retry-After values seen: none, one value, or the
+// range with how often each came.
+func spread(vals []int) string {
+	if len(vals) == 0 {
+		return "-"
+	}
+	counts := map[int]int{}
+	for _, v := range vals {
+		counts[v]++
+	}
+	keys := make([]int, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d (x%d)", k, counts[k])
+	}
+	return strings.Join(parts, ", ")
+}

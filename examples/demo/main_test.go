@@ -1,0 +1,63 @@
+package main
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// row returns the counts of the table row of the named client: sent, 200,
+// 429, 503.
+func row(t *testing.T, out, name string) [4]int {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		f := strings.Fields(strings.TrimPrefix(line, name))
+		var r [4]int
+		for i := range r {
+			n, err := strconv.Atoi(f[i+1]) // after the address
+			if err != nil {
+				t.Fatalf("row %q: %v", line, err)
+			}
+			r[i] = n
+		}
+		return r
+	}
+	t.Fatalf("no row for %s in\n%s", name, out)
+	return [4]int{}
+}
+
+// TestDemo runs the demo for two seconds and checks that each client got
+// what the limits promise, with wide margins for a busy machine.
+func TestDemo(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(&out, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	t.Log("\n" + s)
+	if r := row(t, s, "probe"); r[0] < 5 || r[1] != r[0] {
+		t.Errorf("probe: %v; every exempt probe must pass", r)
+	}
+	if r := row(t, s, "abusive"); r[2] < r[0]/2 {
+		t.Errorf("abusive: %v; most of its requests must be refused with 429", r)
+	}
+	if r := row(t, s, "rotator"); r[2] == 0 {
+		t.Errorf("rotator: %v; rotating sessions must not escape the address limit", r)
+	}
+	if r := row(t, s, "burst"); r[3] == 0 || r[1] == 0 {
+		t.Errorf("burst: %v; the gate must admit some and shed the rest", r)
+	}
+	for _, name := range []string{"polite", "office (5 users)"} {
+		if r := row(t, s, name); r[2] != 0 || r[1] == 0 {
+			t.Errorf("%s: %v; it stays within its limits and must never get 429", name, r)
+		}
+	}
+	if !strings.Contains(s, "gate: ") || !strings.Contains(s, "in flight") {
+		t.Errorf("no gate counters in\n%s", s)
+	}
+}
