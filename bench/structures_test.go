@@ -3,6 +3,7 @@ package bench
 import (
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 func TestKeys(t *testing.T) {
@@ -78,5 +79,11 @@ func TestAllocs(t *testing.T) {
 func TestLookupUnknown(t *testing.T) {
 	if _, ok := Lookup("NoSuchStructure"); ok {
 		t.Error("Lookup of an unknown name succeeded")
+	}
+}
+
+func TestShardSize(t *testing.T) {
+	if got := unsafe.Sizeof(mapShard{}); got != 64 {
+		t.Errorf("a shard of the sharded map takes %d bytes, want 64 (one cache line)", got)
 	}
 }

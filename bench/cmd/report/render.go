@@ -6,6 +6,7 @@ import (
 	"html"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/limitsgo/limits/bench"
@@ -206,7 +207,8 @@ func (r *report) markdown() []byte {
 	w("\n\n")
 	w("**Workload:** %s distinct keys like `client-000123` in a fixed random order, each structure filled with all of them before timing; ", commas(bench.NumKeys))
 	w("\"ns/op\" is one goroutine calling, \"parallel\" exactly 8 goroutines (`b.RunParallel`). ")
-	w("Times are medians of %s (`-benchtime %s`, each in its own round of the whole suite), ", plural(r.settings.Rounds, "run"), r.settings.Benchtime)
+	w("Times are medians of %s (`-benchtime %s`%s, each in its own round of the whole suite), ",
+		plural(r.settings.Rounds, "run"), r.settings.Benchtime, benchtimeNote(r.settings.Benchtime))
 	w("heap is the live heap a structure holds after a garbage collection, measured in a process of its own. ")
 	w("Ratios are to `sync.Mutex + map`, measured in the same run: below 1 is faster or smaller.\n\n")
 
@@ -298,6 +300,18 @@ func (r *report) notes(procs int) []string {
 		out = append(out, "Allocations per call: "+strings.Join(allocating, ", ")+"; every other structure allocates nothing per call once filled.")
 	}
 	return out
+}
+
+// benchtimeNote explains a -benchtime given as a count of calls.
+func benchtimeNote(benchtime string) string {
+	n, err := strconv.Atoi(strings.TrimSuffix(benchtime, "x"))
+	if !strings.HasSuffix(benchtime, "x") || err != nil {
+		return ""
+	}
+	if n == bench.NumKeys {
+		return ": one call per key"
+	}
+	return fmt.Sprintf(": %s calls", commas(n))
 }
 
 // plural returns n and noun, with an s unless n is 1.

@@ -239,6 +239,9 @@ func TestFormats(t *testing.T) {
 		{commas(999), "999"},
 		{plural(1, "run"), "1 run"},
 		{plural(5, "run"), "5 runs"},
+		{benchtimeNote("1000000x"), ": one call per key"},
+		{benchtimeNote("20000x"), ": 20,000 calls"},
+		{benchtimeNote("300ms"), ""},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
