@@ -1,0 +1,264 @@
+// Command report runs the side-by-side benchmarks of package bench and the
+// memory program, and writes BENCHMARKS.md, the SVG charts in charts/ and
+// the raw results in results/.
+//
+// Run it from the bench module:
+//
+//	cd bench
+//	go run ./cmd/report
+//
+// It builds the benchmark binary once and runs BenchmarkKeys1M -rounds
+// times, each round a new process running every structure once per -cpu
+// value, so that the runs of one structure are spread over the whole run
+// rather than taken back to back; times are the medians of the rounds.
+// Then it runs cmd/memory once per structure.
+//
+// By default each benchmark run makes 1,000,000 calls, one pass over the
+// keys. A fixed count rather than a time keeps the run short: the testing
+// package collects garbage before each attempt at the benchmark time, and
+// with a million keys in a structure full of pointers one collection takes
+// up to a second. With the defaults the whole run takes three to four
+// minutes on two cores.
+//
+// With -from it only renders the results saved by an earlier run.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/limitsgo/limits/bench"
+)
+
+func main() {
+	rounds := flag.Int("rounds", 5, "runs of the benchmark suite; times are medians over them")
+	benchtime := flag.String("benchtime", "1000000x", "-benchtime of each benchmark run")
+	cpu := flag.String("cpu", "1,2", "-cpu list of the benchmarks; the parallel ones run exactly 8 goroutines when each value divides 8")
+	out := flag.String("out", ".", "directory to write BENCHMARKS.md, charts/ and results/ in")
+	from := flag.String("from", "", "render the results saved in this results/ directory instead of running")
+	flag.Parse()
+
+	if err := run(*rounds, *benchtime, *cpu, *out, *from); err != nil {
+		fmt.Fprintln(os.Stderr, "report:", err)
+		os.Exit(1)
+	}
+}
+
+// Files the report writes under -out.
+const (
+	benchFile  = "results/benchmarks.txt"
+	memoryFile = "results/memory.jsonl"
+)
+
+func run(rounds int, benchtime, cpu, out, from string) error {
+	var benchOut, memOut []byte
+	if from != "" {
+		var err error
+		if benchOut, err = os.ReadFile(filepath.Join(from, filepath.Base(benchFile))); err != nil {
+			return err
+		}
+		if memOut, err = os.ReadFile(filepath.Join(from, filepath.Base(memoryFile))); err != nil {
+			return err
+		}
+	} else {
+		if rounds < 1 {
+			return errors.New("-rounds must be at least 1")
+		}
+		var err error
+		if benchOut, memOut, err = measure(rounds, benchtime, cpu); err != nil {
+			return err
+		}
+		if err := writeFile(filepath.Join(out, benchFile), benchOut); err != nil {
+			return err
+		}
+		if err := writeFile(filepath.Join(out, memoryFile), memOut); err != nil {
+			return err
+		}
+	}
+
+	r, err := newReport(benchOut, memOut)
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{
+		"BENCHMARKS.md":        r.markdown(),
+		"charts/ns-per-op.svg": r.nsChart(r.headlineProcs()),
+		"charts/heap.svg":      r.heapChart(),
+	}
+	for name, data := range files {
+		if err := writeFile(filepath.Join(out, name), data); err != nil {
+			return err
+		}
+	}
+	fmt.Print(r.headlineTable(r.headlineProcs()))
+	return nil
+}
+
+// newReport builds the report from the saved benchmark output, with its
+// header of meta lines, and the memory program's lines.
+func newReport(benchOut, memOut []byte) (*report, error) {
+	res, err := parseBench(bytes.NewReader(benchOut))
+	if err != nil {
+		return nil, err
+	}
+	heap, err := parseMemory(memOut)
+	if err != nil {
+		return nil, err
+	}
+	r := &report{structures: bench.Structures(), res: res, heap: heap}
+	meta := parseMeta(benchOut)
+	r.machine = machine{
+		CPU:       meta["cpu-model"],
+		OSArch:    meta["os-arch"],
+		GoVersion: meta["go"],
+		Date:      meta["date"],
+		LoadStart: meta["loadavg-start"],
+		LoadEnd:   meta["loadavg-end"],
+	}
+	if r.machine.CPU == "" {
+		r.machine.CPU = res.cpu
+	}
+	r.machine.Cores, _ = strconv.Atoi(meta["cores"])
+	r.settings = settings{Benchtime: meta["benchtime"], CPU: meta["cpus"]}
+	r.settings.Rounds, _ = strconv.Atoi(meta["rounds"])
+	r.settings.Seconds, _ = strconv.ParseFloat(meta["seconds"], 64)
+	return r, nil
+}
+
+// metaPrefix starts the lines the report adds to the benchmark output.
+// They have the form of benchmark configuration lines, so benchstat reads
+// the file as it is.
+const metaPrefix = "report-"
+
+// parseMeta returns the report's meta lines, keyed without their prefix.
+func parseMeta(data []byte) map[string]string {
+	meta := make(map[string]string)
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ": ")
+		if ok && strings.HasPrefix(k, metaPrefix) {
+			meta[strings.TrimPrefix(k, metaPrefix)] = strings.TrimSpace(v)
+		}
+	}
+	return meta
+}
+
+// measure runs the benchmarks and the memory program, and returns their
+// output: the benchmark output with meta lines before and after it, and one
+// JSON line per structure.
+func measure(rounds int, benchtime, cpu string) (benchOut, memOut []byte, err error) {
+	start := time.Now()
+	tmp, err := os.MkdirTemp("", "limits-bench-")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(tmp)
+	testBin, memBin := filepath.Join(tmp, "bench.test"), filepath.Join(tmp, "memory")
+	progress("building the benchmarks and the memory program")
+	if err := goCmd("test", "-c", "-o", testBin, ".").Run(); err != nil {
+		return nil, nil, fmt.Errorf("go test -c (run the report from the bench module): %w", err)
+	}
+	if err := goCmd("build", "-o", memBin, "./cmd/memory").Run(); err != nil {
+		return nil, nil, fmt.Errorf("go build ./cmd/memory: %w", err)
+	}
+
+	var b bytes.Buffer
+	meta := func(k, v string) { fmt.Fprintf(&b, "%s%s: %s\n", metaPrefix, k, v) }
+	meta("date", start.UTC().Format("2006-01-02 15:04 MST"))
+	meta("cpu-model", cpuModel())
+	meta("cores", strconv.Itoa(runtime.NumCPU()))
+	meta("os-arch", runtime.GOOS+"/"+runtime.GOARCH)
+	meta("go", runtime.Version())
+	meta("rounds", strconv.Itoa(rounds))
+	meta("benchtime", benchtime)
+	meta("cpus", cpu)
+	meta("loadavg-start", loadAvg())
+
+	for i := range rounds {
+		t := time.Now()
+		cmd := exec.Command(testBin, "-test.run", "^$", "-test.bench", "^BenchmarkKeys1M$",
+			"-test.benchtime", benchtime, "-test.cpu", cpu, "-test.count", "1")
+		cmd.Stderr = os.Stderr
+		o, err := cmd.Output()
+		if err != nil {
+			return nil, nil, fmt.Errorf("benchmarks, round %d: %w\n%s", i+1, err, o)
+		}
+		b.Write(o)
+		progress("round %d of %d: %.0f s", i+1, rounds, time.Since(t).Seconds())
+	}
+
+	var m bytes.Buffer
+	for _, s := range bench.Structures() {
+		cmd := exec.Command(memBin, s.Name)
+		cmd.Stderr = os.Stderr
+		o, err := cmd.Output()
+		if err != nil {
+			return nil, nil, fmt.Errorf("memory %s: %w", s.Name, err)
+		}
+		m.Write(o)
+	}
+	progress("memory: done")
+
+	meta("loadavg-end", loadAvg())
+	meta("seconds", fmt.Sprintf("%.0f", time.Since(start).Seconds()))
+	return b.Bytes(), m.Bytes(), nil
+}
+
+// goCmd returns a go command whose output goes to the report's stderr.
+func goCmd(args ...string) *exec.Cmd {
+	cmd := exec.Command("go", args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	return cmd
+}
+
+// progress reports on stderr how the run is going.
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "report: "+format+"\n", args...)
+}
+
+// cpuModel returns the processor's model name from /proc/cpuinfo, or ""
+// where there is none (the benchmarks' own cpu line is used then).
+func cpuModel() string {
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	for line := range strings.Lines(string(data)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// loadAvg returns the 1, 5 and 15 minute load averages from /proc/loadavg,
+// or "" where there are none.
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], ", ")
+}
+
+// writeFile writes data to name, making its directory if needed.
+func writeFile(name string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(name, data, 0o644)
+}

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"bytes"
+	"encoding/xml"
+	"errors"
+	"io"
+	"math"
+	"strings"
+	"testing"
+
+	"golang.org/x/perf/benchfmt"
+)
+
+// sampleBench is benchmark output as measure saves it: meta lines, two
+// rounds of output for three structures at GOMAXPROCS 1 and 2, and a line
+// of another benchmark that must be ignored.
+const sampleBench = `report-date: 2026-01-02 03:04 UTC
+report-cpu-model: Test CPU 3000
+report-cores: 2
+report-os-arch: linux/amd64
+report-go: go1.26.0
+report-rounds: 2
+report-benchtime: 300ms
+report-cpus: 1,2
+report-loadavg-start: 0.10, 0.20, 0.30
+goos: linux
+goarch: amd64
+pkg: github.com/limitsgo/limits/bench
+cpu: Test CPU
+BenchmarkKeys1M/MutexMap/serial         	 1000000	       100.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkKeys1M/MutexMap/serial-2       	 1000000	       110.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkKeys1M/MutexMap/parallel       	 1000000	       120.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkKeys1M/MutexMap/parallel-2     	 1000000	       200.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkKeys1M/Estimator/serial-2      	 1000000	        22.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkKeys1M/Estimator/parallel-2    	 1000000	        10.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkKeys1M/Ulule/serial-2          	 1000000	       550.0 ns/op	      32 B/op	       2 allocs/op
+BenchmarkOther/MutexMap/serial-2        	 1000000	         1.0 ns/op
+goos: linux
+goarch: amd64
+pkg: github.com/limitsgo/limits/bench
+cpu: Test CPU
+BenchmarkKeys1M/MutexMap/serial         	 1000000	       104.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkKeys1M/MutexMap/serial-2       	 1000000	       130.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkKeys1M/MutexMap/parallel       	 1000000	       124.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkKeys1M/MutexMap/parallel-2     	 1000000	       300.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkKeys1M/Estimator/serial-2      	 1000000	        24.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkKeys1M/Estimator/parallel-2    	 1000000	        14.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkKeys1M/Ulule/serial-2          	 1000000	       650.0 ns/op	      32 B/op	       2 allocs/op
+report-loadavg-end: 0.40, 0.50, 0.60
+report-seconds: 200
+`
+
+const sampleMemory = `{"structure":"MutexMap","keys":1000000,"heap_bytes":73400320}
+{"structure":"Estimator","keys":1000000,"heap_bytes":33792}
+`
+
+func sampleReport(t *testing.T) *report {
+	t.Helper()
+	r, err := newReport([]byte(sampleBench), []byte(sampleMemory))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestParseName(t *testing.T) {
+	tests := []struct {
+		name string
+		want cell
+		ok   bool
+	}{
+		{"Keys1M/MutexMap/serial", cell{"MutexMap", serial, 1}, true},
+		{"Keys1M/GCRA/parallel-2", cell{"GCRA", parallel, 2}, true},
+		{"Keys1M/GCRA/parallel-16", cell{"GCRA", parallel, 16}, true},
+		{"Keys1M/GCRA/other-2", cell{}, false},
+		{"Keys1M/GCRA-2", cell{}, false},
+		{"Other/GCRA/serial-2", cell{}, false},
+	}
+	for _, tt := range tests {
+		got, ok := parseName(benchfmt.Name(tt.name))
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("parseName(%q) = %+v, %v; want %+v, %v", tt.name, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	tests := []struct {
+		in   []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{3}, 3},
+		{[]float64{5, 1, 3}, 3},
+		{[]float64{4, 1, 3, 2}, 2.5},
+	}
+	for _, tt := range tests {
+		if got := median(tt.in); got != tt.want {
+			t.Errorf("median(%v) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestParseBench(t *testing.T) {
+	res, err := parseBench(strings.NewReader(sampleBench))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.cpu != "Test CPU" {
+		t.Errorf("cpu = %q, want %q", res.cpu, "Test CPU")
+	}
+	if len(res.cells) != 7 {
+		t.Errorf("%d cells, want 7: %v", len(res.cells), res.cells)
+	}
+	s := res.cells[cell{"MutexMap", serial, 2}]
+	if s == nil || len(s.ns) != 2 || math.Abs(s.ns[0]-110) > 1e-9 || math.Abs(s.ns[1]-130) > 1e-9 {
+		t.Fatalf("MutexMap serial at 2 = %+v, want ns [110 130]", s)
+	}
+	if u := res.cells[cell{"Ulule", serial, 2}]; u == nil || median(u.allocs) != 2 {
+		t.Errorf("Ulule allocs = %+v, want 2", u)
+	}
+	if _, err := parseBench(strings.NewReader("BenchmarkOther-2 1 1.0 ns/op\n")); err == nil {
+		t.Error("parseBench of output without Keys1M results succeeded")
+	}
+}
+
+func TestParseMemory(t *testing.T) {
+	heap, err := parseMemory([]byte(sampleMemory + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if heap["MutexMap"] != 73400320 || heap["Estimator"] != 33792 || len(heap) != 2 {
+		t.Errorf("parseMemory = %v", heap)
+	}
+	if _, err := parseMemory([]byte("not json\n")); err == nil {
+		t.Error("parseMemory of a bad line succeeded")
+	}
+}
+
+func TestMarkdown(t *testing.T) {
+	r := sampleReport(t)
+	if r.machine.CPU != "Test CPU 3000" || r.machine.Cores != 2 || r.settings.Rounds != 2 {
+		t.Errorf("machine %+v, settings %+v", r.machine, r.settings)
+	}
+	md := string(r.markdown())
+	for _, want := range []string{
+		"2026-01-02 03:04 UTC",
+		"Test CPU 3000, 2 logical CPUs, linux/amd64, go1.26.0",
+		"0.10, 0.20, 0.30 before the run and 0.40, 0.50, 0.60 after it",
+		"medians of 2 runs (`-benchtime 300ms",
+		// Medians: mutex map 120 serial and 250 parallel; the Estimator
+		// 23 and 12; heap 70 MiB and 33 KiB.
+		"| `sync.Mutex + map` | 120 | 1.00 | 250 | 1.00 | 0 | 70.0 MiB | 1.00 |",
+		"| **`limits.Estimator`** | 23.0 | 0.19 | 12.0 | 0.048 | 0 | 33.0 KiB | 0.00046 |",
+		"| `ulule/limiter memory` | 600 | 5.00 | n/a | n/a | 2 | n/a | n/a |",
+		"| `sync.Mutex + map` | 1 | serial | 102 | 100–104 | 2 | 1.00 | 0 |",
+		"Allocations per call: `ulule/limiter memory` (2)",
+		"(200 s in all for this run)",
+		"![Time per call](charts/ns-per-op.svg)",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("BENCHMARKS.md lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// wellFormed reports an error unless doc is well-formed XML.
+func wellFormed(doc []byte) error {
+	d := xml.NewDecoder(bytes.NewReader(doc))
+	for {
+		_, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func TestCharts(t *testing.T) {
+	r := sampleReport(t)
+	for name, doc := range map[string][]byte{"ns": r.nsChart(2), "heap": r.heapChart()} {
+		if err := wellFormed(doc); err != nil {
+			t.Errorf("%s chart: %v\n%s", name, err, doc)
+		}
+		s := string(doc)
+		if !strings.HasPrefix(s, "<svg ") {
+			t.Errorf("%s chart does not start with <svg", name)
+		}
+		for _, want := range []string{"sync.Mutex + map", "limits.Estimator", "*atomic.Int64"} {
+			if !strings.Contains(s, want) {
+				t.Errorf("%s chart lacks %q", name, want)
+			}
+		}
+	}
+	ns := string(r.nsChart(2))
+	for _, want := range []string{">120<", ">250<", ">23.0<", ">12.0<", ">n/a<"} {
+		if !strings.Contains(ns, want) {
+			t.Errorf("ns chart lacks %q", want)
+		}
+	}
+	if heap := string(r.heapChart()); !strings.Contains(heap, ">70.0 MiB<") || !strings.Contains(heap, ">33.0 KiB<") {
+		t.Errorf("heap chart lacks its values:\n%s", heap)
+	}
+}
+
+func TestAxis(t *testing.T) {
+	tests := []struct{ max, step, top float64 }{
+		{0, 1, 1},
+		{889, 200, 1000},
+		{100, 20, 100},
+		{101, 25, 125},
+		{184.5, 50, 200},
+		{0.3, 0.1, 0.3},
+	}
+	for _, tt := range tests {
+		step, top := axis(tt.max)
+		if math.Abs(step-tt.step) > 1e-9 || math.Abs(top-tt.top) > 1e-9 {
+			t.Errorf("axis(%v) = %v, %v; want %v, %v", tt.max, step, top, tt.step, tt.top)
+		}
+	}
+}
+
+func TestFormats(t *testing.T) {
+	tests := []struct{ got, want string }{
+		{fmtNs(123.4), "123"},
+		{fmtNs(23.45), "23.4"},
+		{fmtNs(math.NaN()), "n/a"},
+		{fmtRatio(50, 100), "0.50"},
+		{fmtRatio(1, 3000), "0.00033"},
+		{fmtRatio(1500, 100), "15"},
+		{fmtRatio(1, 0), "n/a"},
+		{fmtBytes(512), "512 B"},
+		{fmtBytes(32 << 10), "32.0 KiB"},
+		{fmtBytes(70 << 20), "70.0 MiB"},
+		{commas(1000000), "1,000,000"},
+		{commas(999), "999"},
+		{plural(1, "run"), "1 run"},
+		{plural(5, "run"), "5 runs"},
+		{benchtimeNote("1000000x"), ": one call per key"},
+		{benchtimeNote("20000x"), ": 20,000 calls"},
+		{benchtimeNote("300ms"), ""},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("got %q, want %q", tt.got, tt.want)
+		}
+	}
+}
