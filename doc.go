@@ -26,7 +26,7 @@
 //
 // Rate, Inflight and Estimator are a port of Cloudflare's pingora-limits
 // with its known faults fixed: Rate never panics, whatever the interval,
-// never moves its windows back nor clears a completed window early, and
-// keeps its windows on a fixed grid; an Inflight Guard gives back exactly
-// what it took.
+// never moves its windows back, does not let a caller that read the clock
+// late clear a completed window, and keeps its windows on a fixed grid; an
+// Inflight Guard gives back exactly what it took.
 package limits

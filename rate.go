@@ -28,12 +28,14 @@ import (
 // read the clock before the change can neither claim it nor clear anything.
 // A completed window stays readable until the window after it ends. Events
 // observed while a change is in progress (microseconds at the default size)
-// are counted in the window that is ending, the one adjacent to theirs. A
-// caller descheduled in the middle of that work, for longer than the others
-// take to finish it, may zero up to 32 counters of the new window when it
-// resumes. When a change follows two or more idle windows and clears both
-// Estimators, an event racing with it may be lost. No count is lost
-// otherwise.
+// are counted in the window that is ending, the one adjacent to theirs.
+// Counters are zeroed with a compare-and-swap from the value read before
+// checking that the change is still wanted, so a caller descheduled in the
+// middle of that work, for longer than the others take to finish it, fails
+// its swaps when it resumes; it zeroes a counter of a later window only if
+// that counter has come back to exactly the value it read. When a change
+// follows two or more idle windows and clears both Estimators, an event
+// racing with it may be lost. No count is lost otherwise.
 //
 // With intervals shorter than the time it takes to clear an Estimator, windows
 // change faster than they can be cleared and counts are only approximate; any
@@ -115,8 +117,9 @@ func NewRateSized(interval time.Duration, s Sizing) *Rate {
 
 // NewConservativeRate returns a Rate that counts with conservative update,
 // in windows of hashes x slots (see ConservativeEstimator). It is a Rate like
-// any other, with two differences: estimates are lower (never too low, and
-// never above a plain Rate's), and Observe ignores n <= 0, as a conservative
+// any other, with two differences: estimates are lower (never too low, and,
+// for observations that do not race, never above a plain Rate's), and
+// Observe ignores n <= 0, as a conservative
 // sketch cannot take events back. Observe costs a little more (see the
 // package benchmarks). It panics if interval <= 0, hashes < 1, hashes > 16
 // or slots < 1.
@@ -300,16 +303,13 @@ func (r *Rate) flip(k int64) {
 		if r.cleared[slot][i].Load() == k {
 			continue
 		}
-		// Stop once k is published, or a change to k+2 or later is
-		// claimed: the Estimator may be counting a live window by now. A
-		// caller descheduled within a chunk thus zeroes at most one chunk
-		// of live counts.
-		if r.cur.Load() >= k || r.claimed.Load() >= k+2 {
-			return
-		}
 		cells := r.slots[slot].cells[i*clearChunk : min((i+1)*clearChunk, len(r.slots[slot].cells))]
+		var seen [clearChunk]int64
 		for n := range cells {
-			cells[n].Store(0)
+			seen[n] = cells[n].Load()
+		}
+		if !r.zero(k, cells, &seen) {
+			return
 		}
 		r.cleared[slot][i].Store(k)
 	}
@@ -323,6 +323,38 @@ func (r *Rate) flip(k int64) {
 // clearChunk is how many counters make one chunk of the work of a change of
 // window.
 const clearChunk = 32
+
+// wanted reports whether the change to window k still needs work: it has
+// not been published, and no change to k+2 or later, which would reuse the
+// same Estimator, has been claimed.
+func (r *Rate) wanted(k int64) bool {
+	return r.cur.Load() < k && r.claimed.Load() < k+2
+}
+
+// zero sets each of cells to 0 for the change to window k, with a
+// compare-and-swap from seen, the values read before checking that the
+// change is still wanted. A caller descheduled after that check and
+// resuming once the Estimator counts a live window thus fails its swaps,
+// rather than wiping counts, unless a counter has come back to exactly the
+// value it read. A counter that moved for another reason (callers counting
+// into it while a change clears both Estimators) is read again, as long as
+// the change is still wanted. It returns false if it stopped because the
+// change no longer is.
+func (r *Rate) zero(k int64, cells []atomic.Int64, seen *[clearChunk]int64) bool {
+	return r.wanted(k) && r.swap(k, cells, seen)
+}
+
+// swap is zero past its first check.
+func (r *Rate) swap(k int64, cells []atomic.Int64, seen *[clearChunk]int64) bool {
+	for n := range cells {
+		for v := seen[n]; !cells[n].CompareAndSwap(v, 0); v = cells[n].Load() {
+			if !r.wanted(k) {
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // components reads key h's counts in the current and latest completed
 // windows. A read that overlaps a change of window is retried, so that it
