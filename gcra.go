@@ -40,8 +40,12 @@ const gcraShards = 64
 // The table holds at most MaxKeys keys (DefaultMaxKeys unless WithMaxKeys
 // says otherwise): a key whose TAT is in the future is never dropped, a key
 // whose TAT has passed carries no information and is dropped when room is
-// needed, and a new key that finds the table full of keys in use is refused
-// with ReasonTableFull. Nobody already limited is ever let off.
+// needed, and a new key that finds the table full is refused with
+// ReasonTableFull. Nobody already limited is ever let off. Finding expired
+// keys takes a sweep of part of the table, done at most once per 1/32 of
+// the burst's recovery time for each part, so that a table kept full costs
+// a bounded amount of sweeping per request; an expired key may therefore
+// hold its place for up to that long before it makes room.
 //
 // Keys are held as 64-bit hashes under a seed drawn for each GCRA, 16 bytes
 // of state per key plus the table's overhead. Two keys with the same hash
@@ -61,6 +65,7 @@ type GCRA struct {
 	start   time.Time
 	seed    maphash.Seed
 	keys    atomic.Int64 // entries in all shards, expired ones not yet dropped included
+	sweeps  atomic.Int64 // shard sweeps so far, for tests
 	shards  [gcraShards]gcraShard
 }
 
@@ -68,11 +73,14 @@ type GCRA struct {
 type gcraShard struct {
 	mu  sync.Mutex
 	tat map[uint64]int64
-	// low is at most the smallest TAT in tat (math.MaxInt64 if tat is
-	// empty), so nothing in the shard has expired while low > now. It is
+	// next is when a sweep may next be worth its cost: at most the
+	// smallest TAT in tat (math.MaxInt64 if tat is empty), so that nothing
+	// has expired before it, but no sooner than sweepGap after the last
+	// sweep, so that sweeps cost a bounded amount per request. It is
 	// written under mu and read without it.
-	low   atomic.Int64
-	swept int // len(tat) after the last sweep
+	next      atomic.Int64
+	lastSweep int64 // when the shard was last swept
+	swept     int   // len(tat) after the last sweep
 }
 
 // Decision is the answer of a limiter to one request.
@@ -204,7 +212,8 @@ func newGCRA(limit int, period time.Duration, opts []GCRAOption) (*GCRA, error) 
 	}
 	for i := range g.shards {
 		g.shards[i].tat = make(map[uint64]int64)
-		g.shards[i].low.Store(math.MaxInt64)
+		g.shards[i].next.Store(math.MaxInt64)
+		g.shards[i].lastSweep = -maxSpan
 	}
 	g.start = time.Now()
 	return g, nil
@@ -244,9 +253,13 @@ func (g *GCRA) AllowN(key string, n int) Decision {
 }
 
 // AllowNAt is AllowN at time t instead of now, in the manner of
-// golang.org/x/time/rate. Times should not go backwards for a key; one that
-// does is treated as now = max(t, the key's state) by the algorithm, and
-// times more than about 73 years from the GCRA's creation are clamped.
+// golang.org/x/time/rate. A request dated before the key's latest state is
+// judged against that state, which can only make the answer stricter (and
+// Remaining is then 0). The table drops expired keys by the real clock,
+// never by a time passed here, so that a date in the future cannot clear
+// other keys' state; a key charged at such a date stays in the table until
+// the real clock reaches it. Times more than about 73 years from the
+// GCRA's creation are clamped.
 func (g *GCRA) AllowNAt(t time.Time, key string, n int) Decision {
 	return g.decide(g.at(t), maphash.String(g.seed, key), n, true)
 }
@@ -304,12 +317,12 @@ func (g *GCRA) decide(now int64, h uint64, n int, charge bool) Decision {
 			s.mu.Unlock()
 			return g.decision(now, next, ReasonAllowed, 0)
 		case g.reserve():
-			s.insert(g, h, next, now)
+			s.insert(g, h, next, min(now, g.now()))
 			s.mu.Unlock()
 			return g.decision(now, next, ReasonAllowed, 0)
 		}
 		s.mu.Unlock()
-		if retried || !g.reclaim(now) {
+		if retried || !g.reclaim(min(now, g.now())) {
 			return Decision{Reason: ReasonTableFull, Limit: g.limit, Period: g.period, Burst: g.burst}
 		}
 	}
@@ -324,7 +337,7 @@ func (g *GCRA) decision(now, tat int64, reason Reason, retry int64) Decision {
 		Limit:      g.limit,
 		Period:     g.period,
 		Burst:      g.burst,
-		Remaining:  int((now + g.d - tat) / g.t),
+		Remaining:  int(max(0, (now+g.d-tat)/g.t)),
 		RetryAfter: time.Duration(retry),
 		ResetAfter: time.Duration(tat - now),
 	}
@@ -353,14 +366,16 @@ func (g *GCRA) reserve() bool {
 	}
 }
 
-// reclaim drops the expired entries of every shard that may hold some, and
-// reports whether it dropped any. It is called, with no lock held, only
-// when the table is at its cap.
+// reclaim drops the expired entries of every shard that may hold some and
+// has not been swept within sweepGap, and reports whether it dropped any.
+// It is called, with no lock held, only when the table is at its cap; now
+// is the real clock, never a time a caller passed, so that no date in the
+// future can drop entries still in use.
 func (g *GCRA) reclaim(now int64) bool {
 	freed := false
 	for i := range g.shards {
 		s := &g.shards[i]
-		if s.low.Load() > now {
+		if s.next.Load() > now {
 			continue
 		}
 		s.mu.Lock()
@@ -372,16 +387,25 @@ func (g *GCRA) reclaim(now int64) bool {
 	return freed
 }
 
+// sweepGap is the least time between two sweeps of a shard: 1/32 of the
+// time a key takes to recover its full burst, at least 1ns. Every key
+// expires within that recovery time of its last charge, so a table kept at
+// its cap sees at least MaxKeys new keys per recovery time, and each new
+// key costs at most about 32 entries swept. In exchange, an expired entry
+// may keep its place up to sweepGap longer, and a new key meanwhile be
+// refused with ReasonTableFull.
+func (g *GCRA) sweepGap() int64 { return max(g.d/32, 1) }
+
 // insert adds an entry reserved by g.reserve. Once the shard has doubled
 // since its last sweep it sweeps again, so that expired entries do not pile
 // up to the cap when the table has room; the cost is amortised over the
-// inserts. s.mu is held.
+// inserts. now is the real clock. s.mu is held.
 func (s *gcraShard) insert(g *GCRA, h uint64, tat, now int64) {
 	s.tat[h] = tat
-	if tat < s.low.Load() {
-		s.low.Store(tat)
+	if tat < s.next.Load() {
+		s.next.Store(max(tat, s.lastSweep+g.sweepGap()))
 	}
-	if len(s.tat) >= 2*s.swept+64 && s.low.Load() <= now {
+	if len(s.tat) >= 2*s.swept+64 && s.next.Load() <= now {
 		s.sweep(g, now)
 	}
 }
@@ -399,8 +423,10 @@ func (s *gcraShard) sweep(g *GCRA, now int64) int {
 			low = min(low, tat)
 		}
 	}
-	s.low.Store(low)
+	s.lastSweep = now
+	s.next.Store(max(low, now+g.sweepGap()))
 	s.swept = len(s.tat)
 	g.keys.Add(int64(-n))
+	g.sweeps.Add(1)
 	return n
 }

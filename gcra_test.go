@@ -355,6 +355,63 @@ func TestGCRATableFull(t *testing.T) {
 	})
 }
 
+// TestGCRAFutureDateKeepsOthersDebt checks that a request dated in the
+// future cannot make the table drop keys still in debt by the real clock.
+func TestGCRAFutureDateKeepsOthersDebt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewGCRA(1, time.Hour, WithMaxKeys(2))
+		g.Allow("a")
+		g.Allow("b")
+		if d := g.AllowNAt(time.Now().Add(100*time.Hour), "c", 1); d.Reason != ReasonTableFull {
+			t.Errorf("new key dated 100h ahead: %+v, want table_full", d)
+		}
+		for _, k := range []string{"a", "b"} {
+			if d := g.Allow(k); d.Allowed {
+				t.Errorf("%s lost its debt: %+v", k, d)
+			}
+		}
+		// A date in the past is judged against the key's state: stricter,
+		// and never a negative Remaining.
+		if d := g.AllowNAt(time.Now().Add(-10*time.Hour), "a", 1); d.Allowed || d.Remaining != 0 {
+			t.Errorf("request dated 10h back: %+v", d)
+		}
+	})
+}
+
+// TestGCRASweepsBounded keeps a table at its cap with keys expiring one by
+// one and new keys arriving as fast, the case in which sweeping a whole
+// shard for every new key would make each cost thousands of entries, and
+// checks that shards are swept at most once per sweepGap.
+func TestGCRASweepsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const maxKeys = 64 * 100
+		g := NewGCRA(1, time.Second, WithMaxKeys(maxKeys)) // D = 1s, keys expire 1s after their request
+		step := time.Second / maxKeys
+		for i := range maxKeys { // staggered: one key expires every step
+			g.Allow(fmt.Sprintf("old%d", i))
+			time.Sleep(step)
+		}
+		before := g.sweeps.Load()
+		admitted := 0
+		const rounds = 4 * maxKeys // four seconds of arrivals at the expiry rate
+		for i := range rounds {
+			if g.Allow(fmt.Sprintf("new%d", i)).Allowed {
+				admitted++
+			}
+			time.Sleep(step)
+		}
+		sweeps := g.sweeps.Load() - before
+		const gaps = 4 * 32 // four seconds in gaps of 1/32 of the 1s recovery time
+		if limit := int64(gcraShards * (gaps + 2)); sweeps > limit {
+			t.Errorf("%d sweeps for %d new keys, more than %d (once per gap per shard)", sweeps, rounds, limit)
+		}
+		if admitted < rounds/2 {
+			t.Errorf("only %d of %d new keys admitted as old ones expired", admitted, rounds)
+		}
+		t.Logf("%d sweeps, %d of %d new keys admitted", sweeps, admitted, rounds)
+	})
+}
+
 // TestGCRAManyKeysBoundedHeap sends 10 million distinct keys through a
 // GCRA capped at 100,000 and checks that its heap stays within the cap's
 // budget, while keys expire and new ones take their places.
