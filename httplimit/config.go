@@ -63,7 +63,9 @@ type Config struct {
 	// client address bucket, which is never skipped: rotating the key does
 	// not escape the address limit. The address bucket then allows
 	// AddressMultiplier times Rate, so that the users behind one NAT are
-	// not limited as one.
+	// not limited as one; requests without a caller key share one bucket
+	// at Rate per address, so that leaving the key out earns nothing.
+	// Limiters see a SHA-256 hash of the caller key, never the key.
 	CallerKey func(*http.Request) string
 	// AddressMultiplier scales the address bucket when CallerKey is set; 0
 	// means DefaultAddressMultiplier.
@@ -74,10 +76,16 @@ type Config struct {
 
 	// TrustedProxies lists the networks of the proxies in front of the
 	// service. Only a request arriving from one of them has its
-	// Forwarded, X-Forwarded-For or X-Real-IP header read; the client is
-	// the right-most address in it that is not a trusted proxy. Empty: the
-	// client is always the connection's peer.
+	// ForwardedHeader read; the client is the right-most address in it that
+	// is not a trusted proxy. Empty: the client is always the connection's
+	// peer.
 	TrustedProxies []netip.Prefix
+	// ForwardedHeader names the one header the trusted proxies write the
+	// client's address in: "X-Forwarded-For" (the default), "Forwarded"
+	// (RFC 7239) or "X-Real-IP". No other is read: a proxy passes headers
+	// it does not write through from the client, who could otherwise choose
+	// its own address.
+	ForwardedHeader string
 	// IPv4Prefix and IPv6Prefix group client addresses into one bucket per
 	// prefix of that length; 0 means 32 for IPv4 and 64 for IPv6, where a
 	// single user commonly holds a whole /64.

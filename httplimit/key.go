@@ -21,8 +21,8 @@ func (m *Middleware) clientKey(r *http.Request) string {
 
 // clientIP returns the address of the client that sent r, as its group
 // prefix: the IPv4 or IPv6 prefix of the configured length holding it. The
-// peer is r.RemoteAddr. Only when the peer is a trusted proxy are the
-// forwarding headers read, from the right: the client is the right-most
+// peer is r.RemoteAddr. Only when the peer is a trusted proxy is the
+// forwarding header read, from the right: the client is the right-most
 // address that is not a trusted proxy, since everything left of it was
 // written by parties not trusted. A request whose addresses cannot be
 // parsed is grouped under an invalid prefix, one bucket for all such
@@ -58,30 +58,19 @@ func (m *Middleware) trusted(a netip.Addr) bool {
 	return false
 }
 
-// forwardedClient walks the forwarding headers from the right and returns
-// the first address that is not a trusted proxy. Forwarded (RFC 7239) wins
-// over X-Forwarded-For, which wins over X-Real-IP. It reports false if no
-// header names an address; if the first hop that is not trusted cannot be
-// parsed, the nearest trusted hop stands for the client.
+// forwardedClient walks the configured forwarding header from the right
+// and returns the first address that is not a trusted proxy. It reports
+// false if the header names no address; if the first hop that is not
+// trusted cannot be parsed, the nearest trusted hop stands for the client.
 func (m *Middleware) forwardedClient(h http.Header) (netip.Addr, bool) {
 	var hops []string
-	switch {
-	case len(h.Values("Forwarded")) > 0:
-		for _, line := range h.Values("Forwarded") {
-			for elem := range strings.SplitSeq(line, ",") {
-				hops = append(hops, forwardedFor(elem))
+	for _, line := range h.Values(m.forwarded) {
+		for hop := range strings.SplitSeq(line, ",") {
+			if m.forwarded == "Forwarded" {
+				hop = forwardedFor(hop)
 			}
+			hops = append(hops, hop)
 		}
-	case len(h.Values("X-Forwarded-For")) > 0:
-		for _, line := range h.Values("X-Forwarded-For") {
-			for hop := range strings.SplitSeq(line, ",") {
-				hops = append(hops, hop)
-			}
-		}
-	case h.Get("X-Real-Ip") != "":
-		hops = []string{h.Get("X-Real-Ip")}
-	default:
-		return netip.Addr{}, false
 	}
 	var last netip.Addr // the nearest trusted hop seen so far
 	for i := len(hops) - 1; i >= 0; i-- {

@@ -1,10 +1,16 @@
 package httplimit
 
 import (
+	"fmt"
+	"math"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/limitsgo/limits"
 )
 
 func mustNew(t testing.TB, cfg Config) *Middleware {
@@ -17,44 +23,74 @@ func mustNew(t testing.TB, cfg Config) *Middleware {
 }
 
 func TestClientIP(t *testing.T) {
-	m := mustNew(t, Config{TrustedProxies: []netip.Prefix{
-		netip.MustParsePrefix("10.0.0.0/8"),
-		netip.MustParsePrefix("2001:db8:ffff::/48"),
-	}})
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8:ffff::/48")}
+	byHeader := map[string]*Middleware{}
+	for _, h := range []string{"", "Forwarded", "x-real-ip"} {
+		byHeader[h] = mustNew(t, Config{TrustedProxies: trusted, ForwardedHeader: h})
+	}
 	tests := []struct {
 		name   string
+		read   string // the ForwardedHeader configured
 		remote string
 		header map[string]string
 		want   string
 	}{
-		{"peer v4", "192.0.2.7:5555", nil, "192.0.2.7/32"},
-		{"peer v6 grouped by /64", "[2001:db8:1:2:3:4:5:6]:443", nil, "2001:db8:1:2::/64"},
-		{"peer v6 zone", "[fe80::1%eth0]:443", nil, "fe80::/64"},
-		{"mapped v4", "[::ffff:192.0.2.9]:80", nil, "192.0.2.9/32"},
-		{"no port", "192.0.2.8", nil, "192.0.2.8/32"},
-		{"untrusted peer ignores XFF", "192.0.2.7:1", map[string]string{"X-Forwarded-For": "203.0.113.1"}, "192.0.2.7/32"},
-		{"untrusted peer ignores X-Real-IP", "192.0.2.7:1", map[string]string{"X-Real-Ip": "203.0.113.1"}, "192.0.2.7/32"},
-		{"trusted peer, XFF", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "203.0.113.1"}, "203.0.113.1/32"},
-		{"right-most untrusted", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "198.51.100.66, 203.0.113.1, 10.9.9.9"}, "203.0.113.1/32"},
-		{"spoofed left entries", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "1.1.1.1, 1.2.3.4, 203.0.113.5"}, "203.0.113.5/32"},
-		{"all hops trusted", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "10.2.2.2, 10.3.3.3"}, "10.2.2.2/32"},
-		{"garbage hop", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "203.0.113.1, garbage"}, "10.1.1.1/32"},
-		{"garbage behind trusted hop", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "nonsense, 10.4.4.4"}, "10.4.4.4/32"},
-		{"Forwarded wins", "10.1.1.1:1", map[string]string{"Forwarded": `for=192.0.2.60;proto=http, for="[2001:db8:cafe::17]:4711"`, "X-Forwarded-For": "203.0.113.1"}, "2001:db8:cafe::/64"},
-		{"Forwarded obfuscated", "10.1.1.1:1", map[string]string{"Forwarded": "for=_hidden"}, "10.1.1.1/32"},
-		{"X-Real-IP", "10.1.1.1:1", map[string]string{"X-Real-Ip": "203.0.113.9"}, "203.0.113.9/32"},
-		{"trusted v6 proxy", "[2001:db8:ffff::1]:1", map[string]string{"X-Forwarded-For": "2001:db8:5:6::9"}, "2001:db8:5:6::/64"},
-		{"unparseable peer", "pipe", nil, "invalid Prefix"},
-		{"empty peer", "", nil, "invalid Prefix"},
+		{"peer v4", "", "192.0.2.7:5555", nil, "192.0.2.7/32"},
+		{"peer v6 grouped by /64", "", "[2001:db8:1:2:3:4:5:6]:443", nil, "2001:db8:1:2::/64"},
+		{"peer v6 zone", "", "[fe80::1%eth0]:443", nil, "fe80::/64"},
+		{"mapped v4", "", "[::ffff:192.0.2.9]:80", nil, "192.0.2.9/32"},
+		{"no port", "", "192.0.2.8", nil, "192.0.2.8/32"},
+		{"untrusted peer ignores XFF", "", "192.0.2.7:1", map[string]string{"X-Forwarded-For": "203.0.113.1"}, "192.0.2.7/32"},
+		{"untrusted peer ignores X-Real-IP", "x-real-ip", "192.0.2.7:1", map[string]string{"X-Real-Ip": "203.0.113.1"}, "192.0.2.7/32"},
+		{"trusted peer, XFF", "", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "203.0.113.1"}, "203.0.113.1/32"},
+		{"right-most untrusted", "", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "198.51.100.66, 203.0.113.1, 10.9.9.9"}, "203.0.113.1/32"},
+		{"spoofed left entries", "", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "1.1.1.1, 1.2.3.4, 203.0.113.5"}, "203.0.113.5/32"},
+		{"all hops trusted", "", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "10.2.2.2, 10.3.3.3"}, "10.2.2.2/32"},
+		{"garbage hop", "", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "203.0.113.1, garbage"}, "10.1.1.1/32"},
+		{"garbage behind trusted hop", "", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "nonsense, 10.4.4.4"}, "10.4.4.4/32"},
+		{"other headers ignored", "", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "203.0.113.1", "Forwarded": "for=198.51.100.9", "X-Real-Ip": "198.51.100.8"}, "203.0.113.1/32"},
+		{"Forwarded", "Forwarded", "10.1.1.1:1", map[string]string{"Forwarded": `for=192.0.2.60;proto=http, for="[2001:db8:cafe::17]:4711"`}, "2001:db8:cafe::/64"},
+		{"Forwarded configured, XFF ignored", "Forwarded", "10.1.1.1:1", map[string]string{"X-Forwarded-For": "203.0.113.1"}, "10.1.1.1/32"},
+		{"Forwarded obfuscated", "Forwarded", "10.1.1.1:1", map[string]string{"Forwarded": "for=_hidden"}, "10.1.1.1/32"},
+		{"X-Real-IP", "x-real-ip", "10.1.1.1:1", map[string]string{"X-Real-Ip": "203.0.113.9"}, "203.0.113.9/32"},
+		{"trusted v6 proxy", "", "[2001:db8:ffff::1]:1", map[string]string{"X-Forwarded-For": "2001:db8:5:6::9"}, "2001:db8:5:6::/64"},
+		{"unparseable peer", "", "pipe", nil, "invalid Prefix"},
+		{"empty peer", "", "", nil, "invalid Prefix"},
 	}
 	for _, tt := range tests {
 		r := &http.Request{RemoteAddr: tt.remote, Header: http.Header{}}
 		for k, v := range tt.header {
 			r.Header.Set(k, v)
 		}
-		if got := m.clientIP(r).String(); got != tt.want {
+		if got := byHeader[tt.read].clientIP(r).String(); got != tt.want {
 			t.Errorf("%s: clientIP = %s, want %s", tt.name, got, tt.want)
 		}
+	}
+	if _, err := New(Config{ForwardedHeader: "X-Client-IP"}); err == nil {
+		t.Error("New accepted an unknown ForwardedHeader")
+	}
+}
+
+// TestSpoofedHeaderIgnored is the attack of a client behind a proxy that
+// writes X-Forwarded-For: sending a Forwarded header of its own choosing
+// with each request must not change its bucket.
+func TestSpoofedHeaderIgnored(t *testing.T) {
+	m := mustNew(t, Config{Rate: limits.Limit{Events: 1, Period: time.Hour}, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+	allowed := 0
+	for i := range 20 {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = "10.1.1.1:4000"
+		r.Header.Set("X-Forwarded-For", "203.0.113.1")
+		r.Header.Set("Forwarded", fmt.Sprintf("for=198.51.100.%d", i))
+		r.Header.Set("X-Real-Ip", fmt.Sprintf("198.51.101.%d", i))
+		w := httptest.NewRecorder()
+		m.Handler(ok).ServeHTTP(w, r)
+		if w.Code == 200 {
+			allowed++
+		}
+	}
+	if allowed != 1 {
+		t.Errorf("%d of 20 requests with spoofed headers allowed, want 1", allowed)
 	}
 }
 
@@ -107,23 +143,53 @@ func FuzzClientIP(f *testing.F) {
 	f.Add("192.0.2.1:1", "1.2.3.4", "for=1.2.3.4", "")
 	f.Add("[::ffff:10.0.0.1]:1", ",,,", "for=;;for", "[::1]")
 	f.Add("pipe", "", "", "")
-	m := mustNew(f, Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}})
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	ms := []*Middleware{
+		mustNew(f, Config{TrustedProxies: trusted}),
+		mustNew(f, Config{TrustedProxies: trusted, ForwardedHeader: "Forwarded"}),
+		mustNew(f, Config{TrustedProxies: trusted, ForwardedHeader: "X-Real-IP"}),
+	}
 	f.Fuzz(func(t *testing.T, remote, xff, fwd, real string) {
 		r := &http.Request{RemoteAddr: remote, Header: http.Header{}}
 		r.Header["X-Forwarded-For"] = strings.Split(xff, "\n")
 		r.Header["Forwarded"] = strings.Split(fwd, "\n")
 		r.Header["X-Real-Ip"] = []string{real}
-		p := m.clientIP(r)
-		if !p.IsValid() {
-			return
-		}
-		if want := map[bool]int{true: 32, false: 64}[p.Addr().Is4()]; p.Bits() != want || p != p.Masked() {
-			t.Fatalf("clientIP = %s, want a masked /%d", p, want)
-		}
-		if peer := parseHost(remote); peer.IsValid() && !m.trusted(peer) {
-			if want, _ := peer.Prefix(p.Bits()); p != want {
-				t.Fatalf("untrusted peer %s: clientIP = %s, want %s", remote, p, want)
-			}
+		for _, m := range ms {
+			checkClientIP(t, m, r)
 		}
 	})
+}
+
+// checkClientIP checks one answer of the key extraction for FuzzClientIP.
+func checkClientIP(t *testing.T, m *Middleware, r *http.Request) {
+	t.Helper()
+	p := m.clientIP(r)
+	if !p.IsValid() {
+		return
+	}
+	if want := map[bool]int{true: 32, false: 64}[p.Addr().Is4()]; p.Bits() != want || p != p.Masked() {
+		t.Fatalf("clientIP = %s, want a masked /%d", p, want)
+	}
+	if peer := parseHost(r.RemoteAddr); peer.IsValid() && !m.trusted(peer) {
+		if want, _ := peer.Prefix(p.Bits()); p != want {
+			t.Fatalf("untrusted peer %s: clientIP = %s, want %s", r.RemoteAddr, p, want)
+		}
+	}
+}
+
+func TestSeconds(t *testing.T) {
+	for _, tt := range []struct {
+		d    time.Duration
+		want int64
+	}{
+		{0, 0}, {-time.Hour, 0}, {1, 1}, {time.Second, 1}, {time.Second + 1, 2},
+		{math.MaxInt64, math.MaxInt64 / int64(time.Second)},
+	} {
+		if got := seconds(tt.d); got != tt.want {
+			t.Errorf("seconds(%v) = %d, want %d", tt.d, got, tt.want)
+		}
+		if got := ceilSecond(tt.d); got < 0 {
+			t.Errorf("ceilSecond(%v) = %v, negative", tt.d, got)
+		}
+	}
 }

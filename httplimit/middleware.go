@@ -2,13 +2,14 @@ package httplimit
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -56,6 +57,7 @@ type Middleware struct {
 	onError   ErrorPolicy
 
 	proxies            []netip.Prefix
+	forwarded          string // the canonical name of the forwarding header
 	ipv4Bits, ipv6Bits int
 
 	inflight       *limits.Inflight
@@ -63,7 +65,8 @@ type Middleware struct {
 	inflightStatus int
 
 	headers    HeaderMode
-	policyName string // quoted
+	policyName string // as given, "default" if none
+	policyItem string // quoted, as the header fields carry it
 	deny       func(http.ResponseWriter, *http.Request, Denial)
 	logger     *slog.Logger
 
@@ -115,6 +118,9 @@ type Denial struct {
 	RetryAfter time.Duration
 	// Decision is the limiter's answer, for rate_limited and table_full.
 	Decision *limits.Decision
+	// Policy names the refusing bucket's policy, as in the RateLimit
+	// fields, for rate_limited and table_full.
+	Policy string
 	// Err is the limiter's error, for limiter_error.
 	Err error
 }
@@ -163,9 +169,20 @@ func New(cfg Config) (*Middleware, error) {
 	if m.policyName == "" {
 		m.policyName = "default"
 	}
-	m.policyName = strconv.Quote(m.policyName) // as the header fields carry it
+	var ok bool
+	if m.policyItem, ok = sfString(m.policyName); !ok {
+		return nil, fmt.Errorf("httplimit: PolicyName %q must be printable ASCII", cfg.PolicyName)
+	}
 	for i, p := range cfg.TrustedProxies {
 		m.proxies[i] = p.Masked()
+	}
+	m.forwarded = http.CanonicalHeaderKey(cfg.ForwardedHeader)
+	switch m.forwarded {
+	case "":
+		m.forwarded = "X-Forwarded-For"
+	case "X-Forwarded-For", "Forwarded", "X-Real-Ip":
+	default:
+		return nil, fmt.Errorf("httplimit: ForwardedHeader must be X-Forwarded-For, Forwarded or X-Real-IP, got %q", cfg.ForwardedHeader)
 	}
 	if cfg.MaxInFlight > 0 {
 		m.gate = limits.NewGate(cfg.MaxInFlight)
@@ -217,6 +234,25 @@ func New(cfg Config) (*Middleware, error) {
 		}
 	}
 	return m, nil
+}
+
+// sfString returns s as a Structured Field string (RFC 9651): quoted, with
+// backslash escapes for quotes and backslashes. It reports false if s holds
+// a character such a string cannot: anything but printable ASCII.
+func sfString(s string) (string, bool) {
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c > 0x7e {
+			return "", false
+		}
+		if c == '"' || c == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, c)
+	}
+	return string(append(b, '"')), true
 }
 
 // cmp0 returns v, or def if v is 0.
@@ -360,23 +396,22 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, addrKey strin
 	var names [2]string
 	n := 0
 	if m.caller != nil {
-		if ck := m.callerKey(r); ck != "" {
-			names[n] = m.policyName
-			ok, decided := m.decide(w, r, m.caller, "c:"+ck, names[n], &decs[n])
-			if decided {
-				n++
-			}
-			if !ok {
-				return false
-			}
+		names[n] = m.policyItem
+		ok, decided := m.decide(w, r, m.caller, callerBucket(m.callerKey(r), addrKey), m.policyName, &decs[n])
+		if decided {
+			n++
+		}
+		if !ok {
+			return false
 		}
 	}
 	if m.addr != nil {
-		names[n] = m.policyName
+		policy, item := m.policyName, m.policyItem
 		if m.caller != nil {
-			names[n] = `"address"`
+			policy, item = "address", `"address"`
 		}
-		ok, decided := m.decide(w, r, m.addr, addrKey, names[n], &decs[n])
+		names[n] = item
+		ok, decided := m.decide(w, r, m.addr, addrKey, policy, &decs[n])
 		if decided {
 			n++
 		}
@@ -388,10 +423,26 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, addrKey strin
 	return true
 }
 
+// callerBucket returns the caller bucket's key for a request: a hash of its
+// caller key, so that session tokens and API keys never reach a limiter (or
+// a shared store) in clear, and their length is fixed; or, for a request
+// without one, its address key, so that leaving the key out does not earn
+// the address bucket's larger limit.
+func callerBucket(callerKey, addrKey string) string {
+	if callerKey == "" {
+		return "n:" + addrKey
+	}
+	sum := sha256.Sum256([]byte(callerKey))
+	var buf [2 + 2*16]byte
+	copy(buf[:], "c:")
+	hex.Encode(buf[2:], sum[:16])
+	return string(buf[:])
+}
+
 // decide asks l about a request for key, stores its Decision in *d and
 // reports whether the request may go on and whether l decided (rather than
-// failed). It writes the refusal, with the bucket's headers.
-func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, l Limiter, key, name string, d *limits.Decision) (ok, decided bool) {
+// failed). It writes the refusal, with the headers of the bucket's policy.
+func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, l Limiter, key, policy string, d *limits.Decision) (ok, decided bool) {
 	dec, err := l.AllowN(r.Context(), key, 1)
 	if err != nil {
 		m.n.limiterError.Add(1)
@@ -407,7 +458,7 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, l Limiter, k
 		return true, true
 	}
 	refused := dec // a copy for the Denial, made only on this path
-	den := Denial{Status: http.StatusTooManyRequests, Reason: ReasonRateLimited, RetryAfter: ceilSecond(dec.RetryAfter), Decision: &refused}
+	den := Denial{Status: http.StatusTooManyRequests, Reason: ReasonRateLimited, RetryAfter: ceilSecond(dec.RetryAfter), Decision: &refused, Policy: policy}
 	if dec.Reason == limits.ReasonTableFull {
 		m.n.tableFull.Add(1)
 		den.Status, den.Reason = http.StatusServiceUnavailable, ReasonTableFull
@@ -417,15 +468,13 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, l Limiter, k
 	if den.RetryAfter == 0 {
 		den.RetryAfter = m.busyRetry
 	}
-	m.setRateHeaders(w.Header(), []limits.Decision{dec}, []string{name})
+	item, _ := sfString(policy) // on refusals only
+	m.setRateHeaders(w.Header(), []limits.Decision{dec}, []string{item})
 	m.refuse(w, r, key, den)
 	return false, true
 }
 
-// ceilSecond rounds d up to a whole second.
+// ceilSecond rounds d up to a whole second; a negative d is 0.
 func ceilSecond(d time.Duration) time.Duration {
-	if r := d % time.Second; r != 0 {
-		d += time.Second - r
-	}
-	return d
+	return time.Duration(seconds(d)) * time.Second
 }

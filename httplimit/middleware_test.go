@@ -113,7 +113,8 @@ func TestProblemBody(t *testing.T) {
 		if err := json.Unmarshal([]byte(body), &p); err != nil {
 			t.Fatalf("body %q: %v", body, err)
 		}
-		if p["status"] != float64(429) || p["reason"] != "rate_limited" || p["type"] != quotaExceeded || p["title"] == "" || p["detail"] == "" {
+		if p["status"] != float64(429) || p["reason"] != "rate_limited" || p["type"] != quotaExceeded || p["title"] == "" || p["detail"] == "" ||
+			fmt.Sprint(p["violated-policies"]) != "[default]" {
 			t.Errorf("problem body %v", p)
 		}
 		if resp.Header.Get("Retry-After") != "60" {
@@ -292,8 +293,8 @@ func TestTimeoutPanic(t *testing.T) {
 		}()
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
 	}()
-	if s := m.Stats(); s.Gate.InFlight != 0 || m.inflight.Get("192.0.2.1/32") != 0 {
-		t.Errorf("after a panic: %+v, per client %d", s, m.inflight.Get("192.0.2.1/32"))
+	if s := m.Stats(); s.Gate.InFlight != 0 || m.inflight.Get("a:192.0.2.1/32") != 0 {
+		t.Errorf("after a panic: %+v, per client %d", s, m.inflight.Get("a:192.0.2.1/32"))
 	}
 }
 
@@ -337,9 +338,9 @@ func TestAbortedAndPanickingRequestsRelease(t *testing.T) {
 	}
 	wg.Wait()
 	deadline := time.Now().Add(10 * time.Second)
-	for m.Stats().Gate.InFlight != 0 || m.inflight.Get("127.0.0.1/32") != 0 {
+	for m.Stats().Gate.InFlight != 0 || m.inflight.Get("a:127.0.0.1/32") != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("counts not released: %+v, per client %d", m.Stats(), m.inflight.Get("127.0.0.1/32"))
+			t.Fatalf("counts not released: %+v, per client %d", m.Stats(), m.inflight.Get("a:127.0.0.1/32"))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -397,6 +398,47 @@ func TestCallerKeyRotation(t *testing.T) {
 		}
 		nat.CloseIdleConnections()
 	})
+}
+
+// keyRecorder is a Limiter that remembers the keys it is asked about.
+type keyRecorder struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (k *keyRecorder) AllowN(_ context.Context, key string, n int) (limits.Decision, error) {
+	k.mu.Lock()
+	k.keys = append(k.keys, key)
+	k.mu.Unlock()
+	return limits.Decision{Allowed: true, Limit: 1, Period: time.Second, Burst: 1, Remaining: 1}, nil
+}
+
+// TestCallerKeyHashedAndKeylessLimited checks that limiters never see a
+// caller key in clear, and that requests without one are held to Rate per
+// address, not to the address bucket's multiple.
+func TestCallerKeyHashedAndKeylessLimited(t *testing.T) {
+	rec := &keyRecorder{}
+	m := mustNew(t, Config{Rate: limits.Limit{Events: 1, Period: time.Hour}, CallerKey: HeaderKey("X-Api-Key"), CallerLimiter: rec})
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Set("X-Api-Key", "sk_live_secret")
+	m.Handler(ok).ServeHTTP(httptest.NewRecorder(), r)
+	m.Handler(ok).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
+	if len(rec.keys) != 2 || strings.Contains(rec.keys[0], "sk_live") || len(rec.keys[0]) != 34 || rec.keys[1] != "n:a:192.0.2.1/32" {
+		t.Errorf("caller limiter saw keys %q", rec.keys)
+	}
+
+	m = mustNew(t, Config{Rate: limits.Limit{Events: 2, Period: time.Hour}, CallerKey: CookieKey("session")})
+	allowed := 0
+	for range 10 {
+		w := httptest.NewRecorder()
+		m.Handler(ok).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		if w.Code == 200 {
+			allowed++
+		}
+	}
+	if allowed != 2 {
+		t.Errorf("requests without a session: %d allowed, want 2 (Rate, not the address bucket's 8)", allowed)
+	}
 }
 
 func TestPerClientConcurrency(t *testing.T) {
@@ -608,6 +650,14 @@ func TestConcurrentRequests(t *testing.T) {
 	}
 }
 
+func TestSFString(t *testing.T) {
+	for in, want := range map[string]string{"default": `"default"`, `a"b`: `"a\"b"`, `c\d`: `"c\\d"`, "": `""`} {
+		if got, ok := sfString(in); !ok || got != want {
+			t.Errorf("sfString(%q) = %q, %v; want %q", in, got, ok, want)
+		}
+	}
+}
+
 func TestNewErrors(t *testing.T) {
 	for _, tt := range []struct {
 		cfg  Config
@@ -619,6 +669,8 @@ func TestNewErrors(t *testing.T) {
 		{Config{InFlightStatus: 200}, "httplimit: InFlightStatus must be a 4xx or 5xx status, got 200"},
 		{Config{Rate: limits.Limit{Events: 0, Period: time.Second}}, "httplimit: Rate: limits: invalid limit: events must be >= 1, got 0"},
 		{Config{CallerKey: HeaderKey("X")}, "httplimit: CallerKey needs Rate or CallerLimiter"},
+		{Config{PolicyName: "café"}, `httplimit: PolicyName "café" must be printable ASCII`},
+		{Config{PolicyName: "a\tb"}, `httplimit: PolicyName "a\tb" must be printable ASCII`},
 		{Config{Rate: limits.Limit{Events: 1, Period: time.Hour}, Burst: 1 << 20}, "httplimit: Rate: limits: invalid limit: a burst of 1048576 at one event per 1h0m0s takes too long to recover"},
 	} {
 		if _, err := New(tt.cfg); err == nil || err.Error() != tt.want {

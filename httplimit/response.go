@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -55,6 +56,7 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, key string, 
 	if d.Reason == ReasonRateLimited && d.Status == http.StatusTooManyRequests {
 		p.Type = quotaExceeded
 		p.Title = "Quota Exceeded"
+		p.Violated = []string{d.Policy}
 	}
 	body, _ := json.Marshal(p) // cannot fail: strings and ints
 	h := w.Header()
@@ -144,8 +146,17 @@ func resetIn(d limits.Decision) time.Duration {
 }
 
 // seconds returns d in whole seconds, rounded up.
+// A negative d is 0, and the result never overflows a Duration when
+// multiplied back.
 func seconds(d time.Duration) int64 {
-	return int64(ceilSecond(d) / time.Second)
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 && s < math.MaxInt64/int64(time.Second) {
+		s++
+	}
+	return s
 }
 
 // log records a refusal or a limiter error, if a Logger is set. The key is

@@ -20,23 +20,23 @@ func (m *Middleware) serveWithTimeout(next http.Handler, w http.ResponseWriter, 
 	ctx, cancel := context.WithTimeout(r.Context(), m.timeout)
 	defer cancel()
 	tw := &timeoutWriter{h: make(http.Header)}
-	done := make(chan struct{})
-	panicked := make(chan any, 1)
+	// done carries the handler's panic, or nil when it returns: one channel,
+	// so that a panic can never be mistaken for a return.
+	done := make(chan any, 1)
 	go func() {
+		var p any
 		defer func() {
-			if p := recover(); p != nil {
-				panicked <- p
-			}
 			q.release()
-			close(done)
+			done <- p
 		}()
+		defer func() { p = recover() }()
 		next.ServeHTTP(tw, r.WithContext(ctx))
 	}()
 	select {
-	case p := <-panicked:
-		<-done
-		panic(p)
-	case <-done:
+	case p := <-done:
+		if p != nil {
+			panic(p)
+		}
 		tw.mu.Lock()
 		defer tw.mu.Unlock()
 		maps.Copy(w.Header(), tw.h)
@@ -81,15 +81,17 @@ func (tw *timeoutWriter) Write(b []byte) (int, error) {
 	return tw.buf.Write(b)
 }
 
-// WriteHeader records the status; like net/http, it ignores all but the
-// first call and rejects invalid codes.
+// WriteHeader records the final status; like net/http, it ignores all but
+// the first call and rejects invalid codes. Informational (1xx) codes, such
+// as 103 Early Hints, cannot be sent ahead of a buffered response and are
+// dropped.
 func (tw *timeoutWriter) WriteHeader(code int) {
 	if code < 100 || code > 999 {
 		panic(fmt.Sprintf("httplimit: invalid WriteHeader code %v", code))
 	}
 	tw.mu.Lock()
 	defer tw.mu.Unlock()
-	if tw.timedOut || tw.code != 0 {
+	if tw.timedOut || tw.code != 0 || code < 200 {
 		return
 	}
 	tw.code = code
