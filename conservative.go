@@ -19,10 +19,12 @@ import (
 // follow Zipf's law, the mean over-count is about half a plain sketch's at
 // 4 x 1024 (101 against 211) and a fifth at 4 x 8192 (0.9 against 4.6, with
 // 85% of keys exact against 75%); cmd/limits-accuracy measures both modes
-// over many sizes. An estimate is never too low, and never higher than a plain
-// Estimator of the same size, with the same placement, would give for the
-// same increments; the bound of e*N/slots with probability 1 - e^-hashes
-// (see Sizing) holds all the more.
+// over many sizes. An estimate is never too low. For increments made one at
+// a time it is never higher than a plain Estimator of the same size, with
+// the same placement, would give for the same increments, and the bound of
+// e*N/slots with probability 1 - e^-hashes (see Sizing) holds all the more;
+// increments that race on shared counters may leave some of them higher (see
+// Cost and concurrency).
 //
 // # No Decr
 //

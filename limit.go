@@ -10,7 +10,9 @@ import (
 
 // Limit is a number of events allowed per period, such as 100 per minute.
 type Limit struct {
+	// Events is how many events the limit allows per Period.
 	Events int
+	// Period is the span of time Events are counted over.
 	Period time.Duration
 }
 
