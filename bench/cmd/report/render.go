@@ -424,7 +424,7 @@ func (r *report) httpSection(w func(string, ...any)) {
 		w("- %s\n", n)
 	}
 	w("\n")
-	w("Configurations:\n\n")
+	w("The middlewares:\n\n")
 	for _, m := range r.middlewares {
 		w("- %s (`%s`, %s): %s\n", mwLabel(m), m.Name, m.Kind, m.Config)
 	}
