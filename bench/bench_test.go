@@ -46,17 +46,11 @@ func runSerial(b *testing.B, keys []string, op func(string) bool) {
 	}
 }
 
-// runParallel calls op from goroutines goroutines, each walking the keys
-// from its own offset. The count is exact when GOMAXPROCS divides it;
-// otherwise the benchmark reports the count it ran as a "goroutines" metric.
+// runParallel calls op from goroutines goroutines (see setGoroutines), each
+// walking the keys from its own offset.
 func runParallel(b *testing.B, keys []string, op func(string) bool) {
 	b.ReportAllocs()
-	procs := runtime.GOMAXPROCS(0)
-	perProc := (goroutines + procs - 1) / procs
-	b.SetParallelism(perProc)
-	if n := perProc * procs; n != goroutines {
-		b.ReportMetric(float64(n), "goroutines")
-	}
+	setGoroutines(b)
 	var next atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		i := int(next.Add(1)-1) * len(keys) / goroutines % len(keys)
@@ -67,4 +61,16 @@ func runParallel(b *testing.B, keys []string, op func(string) bool) {
 			}
 		}
 	})
+}
+
+// setGoroutines sets b's parallelism so that b.RunParallel runs goroutines
+// goroutines. The count is exact when GOMAXPROCS divides it; otherwise b
+// reports the count it runs as a "goroutines" metric.
+func setGoroutines(b *testing.B) {
+	procs := runtime.GOMAXPROCS(0)
+	perProc := (goroutines + procs - 1) / procs
+	b.SetParallelism(perProc)
+	if n := perProc * procs; n != goroutines {
+		b.ReportMetric(float64(n), "goroutines")
+	}
 }

@@ -7,9 +7,10 @@
 //	cd bench
 //	go run ./cmd/report
 //
-// It builds the benchmark binary once and runs BenchmarkKeys1M -rounds
-// times, each round a new process running every structure once per -cpu
-// value, so that the runs of one structure are spread over the whole run
+// It builds the benchmark binary once and runs -rounds rounds, each a new
+// process running BenchmarkKeys1M (every structure once per -cpu value),
+// then another running BenchmarkHTTP (every middleware once per -cpu
+// value), so that the runs of one structure are spread over the whole run
 // rather than taken back to back; times are the medians of the rounds.
 // Then it runs cmd/memory once per structure.
 //
@@ -18,7 +19,8 @@
 // package collects garbage before each attempt at the benchmark time, and
 // with a million keys in a structure full of pointers one collection takes
 // up to a second. With the defaults the whole run takes three to four
-// minutes on two cores.
+// minutes on two cores. BenchmarkHTTP serves 500,000 requests per run by
+// default (-httpbenchtime).
 //
 // With -from it only renders the results saved by an earlier run.
 package main
@@ -42,13 +44,14 @@ import (
 
 func main() {
 	rounds := flag.Int("rounds", 5, "runs of the benchmark suite; times are medians over them")
-	benchtime := flag.String("benchtime", "1000000x", "-benchtime of each benchmark run")
+	benchtime := flag.String("benchtime", "1000000x", "-benchtime of each run of BenchmarkKeys1M")
+	httpBenchtime := flag.String("httpbenchtime", "500000x", "-benchtime of each run of BenchmarkHTTP")
 	cpu := flag.String("cpu", "1,2", "-cpu list of the benchmarks; the parallel ones run exactly 8 goroutines when each value divides 8")
 	out := flag.String("out", ".", "directory to write BENCHMARKS.md, charts/ and results/ in")
 	from := flag.String("from", "", "render the results saved in this results/ directory instead of running")
 	flag.Parse()
 
-	if err := run(*rounds, *benchtime, *cpu, *out, *from); err != nil {
+	if err := run(*rounds, *benchtime, *httpBenchtime, *cpu, *out, *from); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
@@ -60,7 +63,7 @@ const (
 	memoryFile = "results/memory.jsonl"
 )
 
-func run(rounds int, benchtime, cpu, out, from string) error {
+func run(rounds int, benchtime, httpBenchtime, cpu, out, from string) error {
 	var benchOut, memOut []byte
 	if from != "" {
 		var err error
@@ -75,7 +78,7 @@ func run(rounds int, benchtime, cpu, out, from string) error {
 			return errors.New("-rounds must be at least 1")
 		}
 		var err error
-		if benchOut, memOut, err = measure(rounds, benchtime, cpu); err != nil {
+		if benchOut, memOut, err = measure(rounds, benchtime, httpBenchtime, cpu); err != nil {
 			return err
 		}
 		if err := writeFile(filepath.Join(out, benchFile), benchOut); err != nil {
@@ -95,12 +98,18 @@ func run(rounds int, benchtime, cpu, out, from string) error {
 		"charts/ns-per-op.svg": r.nsChart(r.headlineProcs()),
 		"charts/heap.svg":      r.heapChart(),
 	}
+	if len(r.res.http) > 0 {
+		files["charts/http.svg"] = r.httpChart(r.httpProcs())
+	}
 	for name, data := range files {
 		if err := writeFile(filepath.Join(out, name), data); err != nil {
 			return err
 		}
 	}
 	fmt.Print(r.headlineTable(r.headlineProcs()))
+	if len(r.res.http) > 0 {
+		fmt.Print("\n", r.httpTable(r.httpProcs()))
+	}
 	return nil
 }
 
@@ -115,7 +124,7 @@ func newReport(benchOut, memOut []byte) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &report{structures: bench.Structures(), res: res, heap: heap}
+	r := &report{structures: bench.Structures(), middlewares: bench.Middlewares(), res: res, heap: heap}
 	meta := parseMeta(benchOut)
 	r.machine = machine{
 		CPU:       meta["cpu-model"],
@@ -129,7 +138,7 @@ func newReport(benchOut, memOut []byte) (*report, error) {
 		r.machine.CPU = res.cpu
 	}
 	r.machine.Cores, _ = strconv.Atoi(meta["cores"])
-	r.settings = settings{Benchtime: meta["benchtime"], CPU: meta["cpus"]}
+	r.settings = settings{Benchtime: meta["benchtime"], HTTPBenchtime: meta["http-benchtime"], CPU: meta["cpus"]}
 	r.settings.Rounds, _ = strconv.Atoi(meta["rounds"])
 	r.settings.Seconds, _ = strconv.ParseFloat(meta["seconds"], 64)
 	return r, nil
@@ -156,7 +165,7 @@ func parseMeta(data []byte) map[string]string {
 // measure runs the benchmarks and the memory program, and returns their
 // output: the benchmark output with meta lines before and after it, and one
 // JSON line per structure.
-func measure(rounds int, benchtime, cpu string) (benchOut, memOut []byte, err error) {
+func measure(rounds int, benchtime, httpBenchtime, cpu string) (benchOut, memOut []byte, err error) {
 	start := time.Now()
 	tmp, err := os.MkdirTemp("", "limits-bench-")
 	if err != nil {
@@ -181,19 +190,25 @@ func measure(rounds int, benchtime, cpu string) (benchOut, memOut []byte, err er
 	meta("go", runtime.Version())
 	meta("rounds", strconv.Itoa(rounds))
 	meta("benchtime", benchtime)
+	meta("http-benchtime", httpBenchtime)
 	meta("cpus", cpu)
 	meta("loadavg-start", loadAvg())
 
 	for i := range rounds {
 		t := time.Now()
-		cmd := exec.Command(testBin, "-test.run", "^$", "-test.bench", "^BenchmarkKeys1M$",
-			"-test.benchtime", benchtime, "-test.cpu", cpu, "-test.count", "1")
-		cmd.Stderr = os.Stderr
-		o, err := cmd.Output()
-		if err != nil {
-			return nil, nil, fmt.Errorf("benchmarks, round %d: %w\n%s", i+1, err, o)
+		for _, run := range []struct{ bench, benchtime string }{
+			{"^Benchmark" + keysBench + "$", benchtime},
+			{"^Benchmark" + httpBench + "$", httpBenchtime},
+		} {
+			cmd := exec.Command(testBin, "-test.run", "^$", "-test.bench", run.bench,
+				"-test.benchtime", run.benchtime, "-test.cpu", cpu, "-test.count", "1")
+			cmd.Stderr = os.Stderr
+			o, err := cmd.Output()
+			if err != nil {
+				return nil, nil, fmt.Errorf("benchmarks %s, round %d: %w\n%s", run.bench, i+1, err, o)
+			}
+			b.Write(o)
 		}
-		b.Write(o)
 		progress("round %d of %d: %.0f s", i+1, rounds, time.Since(t).Seconds())
 	}
 

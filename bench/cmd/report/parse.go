@@ -13,8 +13,11 @@ import (
 	"golang.org/x/perf/benchfmt"
 )
 
-// benchPrefix is the benchmark whose results the report reads.
-const benchPrefix = "Keys1M"
+// Benchmarks whose results the report reads.
+const (
+	keysBench = "Keys1M" // BenchmarkKeys1M: the structures
+	httpBench = "HTTP"   // BenchmarkHTTP: the middlewares
+)
 
 // Modes of a benchmark: one goroutine, or parallel goroutines.
 const (
@@ -22,7 +25,8 @@ const (
 	parallel = "parallel"
 )
 
-// cell identifies the runs of one structure in one mode at one GOMAXPROCS.
+// cell identifies the runs of one structure (or middleware) in one mode at
+// one GOMAXPROCS.
 type cell struct {
 	structure string
 	mode      string
@@ -33,19 +37,23 @@ type cell struct {
 type samples struct {
 	ns     []float64 // ns/op
 	allocs []float64 // allocs/op
+	bytes  []float64 // B/op
 }
 
 // results are the benchmark measurements by cell, and the cpu line the
 // benchmarks printed.
 type results struct {
-	cells map[cell]*samples
+	cells map[cell]*samples // of BenchmarkKeys1M, by structure
+	http  map[cell]*samples // of BenchmarkHTTP, by middleware
 	cpu   string
 }
 
-// parseBench reads the output of go test -bench for BenchmarkKeys1M.
-// Lines that are not results are ignored; results of other benchmarks too.
+// parseBench reads the output of go test -bench for BenchmarkKeys1M and
+// BenchmarkHTTP. Lines that are not results are ignored; results of other
+// benchmarks too. Results of BenchmarkHTTP may be missing, as in the
+// output of runs made before it existed.
 func parseBench(r io.Reader) (*results, error) {
-	res := &results{cells: make(map[cell]*samples)}
+	res := &results{cells: make(map[cell]*samples), http: make(map[cell]*samples)}
 	br := benchfmt.NewReader(r, "bench")
 	for br.Scan() {
 		rec, ok := br.Result().(*benchfmt.Result)
@@ -55,7 +63,7 @@ func parseBench(r io.Reader) (*results, error) {
 		if cpu := rec.GetConfig("cpu"); cpu != "" {
 			res.cpu = cpu
 		}
-		c, ok := parseName(rec.Name)
+		bench, c, ok := parseName(rec.Name)
 		if !ok {
 			continue
 		}
@@ -63,50 +71,59 @@ func parseBench(r io.Reader) (*results, error) {
 		if !ok {
 			return nil, fmt.Errorf("%s: no ns/op", rec.Name.Full())
 		}
-		s := res.cells[c]
+		cells := res.cells
+		if bench == httpBench {
+			cells = res.http
+		}
+		s := cells[c]
 		if s == nil {
 			s = &samples{}
-			res.cells[c] = s
+			cells[c] = s
 		}
 		s.ns = append(s.ns, ns*1e9)
 		if a, ok := rec.Value("allocs/op"); ok {
 			s.allocs = append(s.allocs, a)
+		}
+		if b, ok := rec.Value("B/op"); ok {
+			s.bytes = append(s.bytes, b)
 		}
 	}
 	if err := br.Err(); err != nil {
 		return nil, err
 	}
 	if len(res.cells) == 0 {
-		return nil, fmt.Errorf("no results of Benchmark%s found", benchPrefix)
+		return nil, fmt.Errorf("no results of Benchmark%s found", keysBench)
 	}
 	return res, nil
 }
 
-// parseName splits a name like Keys1M/MutexMap/parallel-2 into its cell.
-// GOMAXPROCS is 1 when the name has no -N suffix, as go test prints it.
-func parseName(n benchfmt.Name) (cell, bool) {
+// parseName splits a name like Keys1M/MutexMap/parallel-2 into its
+// benchmark, keysBench or httpBench, and its cell. GOMAXPROCS is 1 when the
+// name has no -N suffix, as go test prints it.
+func parseName(n benchfmt.Name) (bench string, c cell, ok bool) {
 	base, parts := n.Parts()
-	if string(base) != benchPrefix || len(parts) < 2 {
-		return cell{}, false
+	bench = string(base)
+	if bench != keysBench && bench != httpBench || len(parts) < 2 {
+		return "", cell{}, false
 	}
-	c := cell{procs: 1}
+	c = cell{procs: 1}
 	if last := parts[len(parts)-1]; last[0] == '-' {
 		p, err := strconv.Atoi(string(last[1:]))
 		if err != nil {
-			return cell{}, false
+			return "", cell{}, false
 		}
 		c.procs = p
 		parts = parts[:len(parts)-1]
 	}
 	if len(parts) != 2 {
-		return cell{}, false
+		return "", cell{}, false
 	}
 	c.structure = strings.TrimPrefix(string(parts[0]), "/")
 	c.mode = strings.TrimPrefix(string(parts[1]), "/")
 	if c.mode != serial && c.mode != parallel {
-		return cell{}, false
+		return "", cell{}, false
 	}
-	return c, true
+	return bench, c, true
 }
 
 // median returns the median of xs, or 0 if there are none.

@@ -8,12 +8,20 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/limitsgo/limits/bench"
 )
 
 // baseline is the structure every ratio compares with.
 const baseline = "MutexMap"
+
+// Middlewares the HTTP table compares with: every overhead is a time minus
+// httpBaseline's, and every ratio is to httpPeer's overhead.
+const (
+	httpBaseline = "Bare"
+	httpPeer     = "HttprateLimitByIP"
+)
 
 // machine describes where the benchmarks ran.
 type machine struct {
@@ -28,25 +36,31 @@ type machine struct {
 
 // settings are the options the benchmarks ran with.
 type settings struct {
-	Rounds    int
-	Benchtime string
-	CPU       string
-	Seconds   float64 // the whole run, 0 if unknown
+	Rounds        int
+	Benchtime     string
+	HTTPBenchtime string // of BenchmarkHTTP, "" if it was not run
+	CPU           string
+	Seconds       float64 // the whole run, 0 if unknown
 }
 
 // report holds everything BENCHMARKS.md and the charts show.
 type report struct {
-	structures []bench.Structure
-	res        *results
-	heap       map[string]uint64
-	machine    machine
-	settings   settings
+	structures  []bench.Structure
+	middlewares []bench.Middleware
+	res         *results
+	heap        map[string]uint64
+	machine     machine
+	settings    settings
 }
 
-// procs returns the GOMAXPROCS values measured, in increasing order.
-func (r *report) procs() []int {
+// procs returns the GOMAXPROCS values measured in BenchmarkKeys1M, in
+// increasing order.
+func (r *report) procs() []int { return procsOf(r.res.cells) }
+
+// procsOf returns the GOMAXPROCS values of cells, in increasing order.
+func procsOf(cells map[cell]*samples) []int {
 	var ps []int
-	for c := range r.res.cells {
+	for c := range cells {
 		if !slices.Contains(ps, c.procs) {
 			ps = append(ps, c.procs)
 		}
@@ -65,22 +79,59 @@ func (r *report) headlineProcs() int {
 	return ps[len(ps)-1]
 }
 
-// ns returns the median ns/op of a structure, or NaN if it was not measured.
-func (r *report) ns(name, mode string, procs int) float64 {
-	s := r.res.cells[cell{name, mode, procs}]
-	if s == nil || len(s.ns) == 0 {
+// medianOf returns the median of one measurement of a cell, or NaN if it
+// was not measured.
+func medianOf(cells map[cell]*samples, c cell, of func(*samples) []float64) float64 {
+	s := cells[c]
+	if s == nil || len(of(s)) == 0 {
 		return math.NaN()
 	}
-	return median(s.ns)
+	return median(of(s))
+}
+
+func nsOf(s *samples) []float64     { return s.ns }
+func allocsOf(s *samples) []float64 { return s.allocs }
+func bytesOf(s *samples) []float64  { return s.bytes }
+
+// ns returns the median ns/op of a structure, or NaN if it was not measured.
+func (r *report) ns(name, mode string, procs int) float64 {
+	return medianOf(r.res.cells, cell{name, mode, procs}, nsOf)
 }
 
 // allocs returns the median allocs/op of a structure, or NaN.
 func (r *report) allocs(name, mode string, procs int) float64 {
-	s := r.res.cells[cell{name, mode, procs}]
-	if s == nil || len(s.allocs) == 0 {
-		return math.NaN()
+	return medianOf(r.res.cells, cell{name, mode, procs}, allocsOf)
+}
+
+// httpNs returns the median ns/op of a middleware, or NaN.
+func (r *report) httpNs(name, mode string, procs int) float64 {
+	return medianOf(r.res.http, cell{name, mode, procs}, nsOf)
+}
+
+// httpAllocs returns the median allocs/op of a middleware, or NaN.
+func (r *report) httpAllocs(name, mode string, procs int) float64 {
+	return medianOf(r.res.http, cell{name, mode, procs}, allocsOf)
+}
+
+// httpBytes returns the median B/op of a middleware, or NaN.
+func (r *report) httpBytes(name, mode string, procs int) float64 {
+	return medianOf(r.res.http, cell{name, mode, procs}, bytesOf)
+}
+
+// overhead returns a middleware's median ns/op minus the bare handler's,
+// in the same mode at the same GOMAXPROCS, or NaN.
+func (r *report) overhead(name, mode string, procs int) float64 {
+	return r.httpNs(name, mode, procs) - r.httpNs(httpBaseline, mode, procs)
+}
+
+// httpProcs is the GOMAXPROCS of the HTTP table and chart: 2 if measured,
+// else the largest measured.
+func (r *report) httpProcs() int {
+	ps := procsOf(r.res.http)
+	if slices.Contains(ps, 2) || len(ps) == 0 {
+		return 2
 	}
-	return median(s.allocs)
+	return ps[len(ps)-1]
 }
 
 // heapOf returns the heap a structure holds for NumKeys keys, or NaN.
@@ -94,9 +145,15 @@ func (r *report) heapOf(name string) float64 {
 
 // label returns the structure's label, in code style, and bold for the
 // types of package limits.
-func label(s bench.Structure) string {
-	l := "`" + s.Label + "`"
-	if s.Kind == bench.Ours {
+func label(s bench.Structure) string { return styled(s.Label, s.Kind) }
+
+// mwLabel returns the middleware's label, styled as label does.
+func mwLabel(m bench.Middleware) string { return styled(m.Label, m.Kind) }
+
+// styled returns l in code style, and bold for kind Ours.
+func styled(l string, kind bench.Kind) string {
+	l = "`" + l + "`"
+	if kind == bench.Ours {
 		l = "**" + l + "**"
 	}
 	return l
@@ -191,13 +248,98 @@ func (r *report) fullTable() string {
 	return b.String()
 }
 
+// httpTable returns the Markdown table of the middlewares at GOMAXPROCS
+// procs: time per request, overhead over the bare handler and its ratio to
+// httprate's, serially and from 8 goroutines, and allocations.
+func (r *report) httpTable(procs int) string {
+	var b strings.Builder
+	b.WriteString("| middleware | ns/op | overhead | vs. httprate | parallel ns/op | overhead | vs. httprate | allocs/op | B/op |\n")
+	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	peerS, peerP := r.overhead(httpPeer, serial, procs), r.overhead(httpPeer, parallel, procs)
+	for _, m := range r.middlewares {
+		os, op := r.overhead(m.Name, serial, procs), r.overhead(m.Name, parallel, procs)
+		cols := []string{fmtNs(os), fmtRatio(os, peerS), fmtNs(op), fmtRatio(op, peerP)}
+		if m.Name == httpBaseline {
+			cols = []string{"–", "–", "–", "–"}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			mwLabel(m), fmtNs(r.httpNs(m.Name, serial, procs)), cols[0], cols[1],
+			fmtNs(r.httpNs(m.Name, parallel, procs)), cols[2], cols[3],
+			fmtAllocs(r.httpAllocs(m.Name, serial, procs)), fmtAllocs(r.httpBytes(m.Name, serial, procs)))
+	}
+	return b.String()
+}
+
+// httpFullTable returns the Markdown table of every measured middleware
+// cell, with the spread of the runs.
+func (r *report) httpFullTable() string {
+	var b strings.Builder
+	b.WriteString("| middleware | GOMAXPROCS | mode | ns/op (median) | min–max | runs | overhead | vs. httprate | allocs/op | B/op |\n")
+	b.WriteString("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, m := range r.middlewares {
+		for _, p := range procsOf(r.res.http) {
+			for _, mode := range []string{serial, parallel} {
+				c := r.res.http[cell{m.Name, mode, p}]
+				if c == nil || len(c.ns) == 0 {
+					continue
+				}
+				o := r.overhead(m.Name, mode, p)
+				ov, ratio := fmtNs(o), fmtRatio(o, r.overhead(httpPeer, mode, p))
+				if m.Name == httpBaseline {
+					ov, ratio = "–", "–"
+				}
+				fmt.Fprintf(&b, "| %s | %d | %s | %s | %s–%s | %d | %s | %s | %s | %s |\n",
+					mwLabel(m), p, mode, fmtNs(r.httpNs(m.Name, mode, p)), fmtNs(slices.Min(c.ns)), fmtNs(slices.Max(c.ns)),
+					len(c.ns), ov, ratio, fmtAllocs(r.httpAllocs(m.Name, mode, p)), fmtAllocs(r.httpBytes(m.Name, mode, p)))
+			}
+		}
+	}
+	return b.String()
+}
+
+// httpNotes returns observations on the HTTP results at GOMAXPROCS procs,
+// each with its figures, skipping any whose figures are missing.
+func (r *report) httpNotes(procs int) []string {
+	var out []string
+	ok := func(xs ...float64) bool {
+		for _, x := range xs {
+			if math.IsNaN(x) {
+				return false
+			}
+		}
+		return true
+	}
+	rs, rp := r.overhead("HttplimitRate", serial, procs), r.overhead("HttplimitRate", parallel, procs)
+	hs, hp := r.overhead(httpPeer, serial, procs), r.overhead(httpPeer, parallel, procs)
+	ra, ha := r.httpAllocs("HttplimitRate", serial, procs), r.httpAllocs(httpPeer, serial, procs)
+	if ok(rs, rp, hs, hp, ra, ha) {
+		out = append(out, fmt.Sprintf("With a rate per client address, httplimit adds %s ns per request from one goroutine "+
+			"and %s ns from 8, where httprate's `LimitByIP` adds %s and %s ns: %s and %s times its overhead, "+
+			"with %s allocations per request against %s.",
+			fmtNs(rs), fmtNs(rp), fmtNs(hs), fmtNs(hp), fmtRatio(rs, hs), fmtRatio(rp, hp), fmtAllocs(ra), fmtAllocs(ha)))
+	}
+	gs, gp := r.overhead("HttplimitGateRate", serial, procs), r.overhead("HttplimitGateRate", parallel, procs)
+	ga, gb, rb := r.httpAllocs("HttplimitGateRate", serial, procs), r.httpBytes("HttplimitGateRate", serial, procs), r.httpBytes("HttplimitRate", serial, procs)
+	if ok(rs, rp, gs, gp, ra, ga, gb, rb) {
+		out = append(out, fmt.Sprintf("The gate adds %s ns per request from one goroutine and %s ns from 8, and %s allocations "+
+			"(%s bytes): with a gate, the middleware hands the handler a copy of the request whose context holds the request's place.",
+			fmtNs(gs-rs), fmtNs(gp-rp), fmtAllocs(ga-ra), fmtAllocs(gb-rb)))
+	}
+	return out
+}
+
 // markdown returns BENCHMARKS.md.
 func (r *report) markdown() []byte {
 	p := r.headlineProcs()
 	var b bytes.Buffer
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("# Benchmarks\n\n")
-	w("Package limits against plain Go maps and other Go rate limiters, measured in one run on %s. ", r.machine.Date)
+	hasHTTP := len(r.res.http) > 0
+	w("Package limits against plain Go maps and other Go rate limiters")
+	if hasHTTP {
+		w(", and the middleware of package httplimit against go-chi/httprate")
+	}
+	w(", measured in one run on %s. ", r.machine.Date)
 	w("This file and the charts are written by `go run ./cmd/report` in `bench/`; do not edit them by hand.\n\n")
 	w("**Machine:** %s, %d logical CPUs, %s, %s.", r.machine.CPU, r.machine.Cores, r.machine.OSArch, r.machine.GoVersion)
 	if r.machine.LoadStart != "" {
@@ -223,6 +365,10 @@ func (r *report) markdown() []byte {
 	}
 	w("\n")
 
+	if hasHTTP {
+		r.httpSection(w)
+	}
+
 	w("## Configurations\n\n")
 	w("Each call records one event for one key. Unless stated, the limit is one no key reaches during a run, ")
 	w("so that every call does the work of an allowed request.\n\n")
@@ -233,17 +379,56 @@ func (r *report) markdown() []byte {
 
 	w("## All results\n\n")
 	w("%s\n", r.fullTable())
+	if hasHTTP {
+		w("### HTTP middleware\n\n")
+		w("%s\n", r.httpFullTable())
+	}
 
 	w("## How to run\n\n")
 	w("```\ncd bench\ngo run ./cmd/report\n```\n\n")
-	w("It builds the benchmark binary once and runs `BenchmarkKeys1M` %d times (`-benchtime %s -cpu %s`), ", r.settings.Rounds, r.settings.Benchtime, r.settings.CPU)
-	w("then `cmd/memory` once per structure, and writes this file, `charts/` and the raw output in `results.txt`")
+	if r.settings.HTTPBenchtime != "" {
+		w("It builds the benchmark binary once and runs %s, each round a process running `BenchmarkKeys1M` (`-benchtime %s`) "+
+			"and then one running `BenchmarkHTTP` (`-benchtime %s`), both with `-cpu %s`; ",
+			plural(r.settings.Rounds, "round"), r.settings.Benchtime, r.settings.HTTPBenchtime, r.settings.CPU)
+	} else {
+		w("It builds the benchmark binary once and runs `BenchmarkKeys1M` %d times (`-benchtime %s -cpu %s`), ", r.settings.Rounds, r.settings.Benchtime, r.settings.CPU)
+	}
+	w("then `cmd/memory` once per structure, and writes this file, `charts/`, and the raw output in `results/`")
 	if r.settings.Seconds > 0 {
 		w(" (%.0f s in all for this run)", r.settings.Seconds)
 	}
-	w(". Flags `-rounds`, `-benchtime` and `-cpu` change the settings. ")
-	w("To compare two versions with benchstat, run `go test -run '^$' -bench Keys1M -cpu 1,2 -count 10` in `bench/` on each.\n")
+	w(". Flags `-rounds`, `-benchtime`, `-httpbenchtime` and `-cpu` change the settings, and `-from results` renders saved results again. ")
+	w("To compare two versions with benchstat, run `go test -run '^$' -bench Keys1M -cpu 1,2 -count 10` ")
+	w("(or `-bench HTTP`) in `bench/` on each.\n")
 	return b.Bytes()
+}
+
+// httpSection writes the section on the middlewares with w.
+func (r *report) httpSection(w func(string, ...any)) {
+	p := r.httpProcs()
+	w("## HTTP middleware at GOMAXPROCS=%d\n\n", p)
+	w("Each middleware wraps the same handler, which writes `ok` and allocates nothing. Requests come from %s client "+
+		"addresses in turn (`RemoteAddr` 10.1.0.0 to 10.1.3.255), so every middleware keeps one bucket per address; "+
+		"they are built once and served in-process, with no network and no HTTP parsing, to a `ResponseWriter` "+
+		"that keeps only its header map, cleared and reused. Each middleware serves one request from every address "+
+		"before timing. Its limit, %s requests %s per address, is never reached: a run fails if any request is refused. ",
+		commas(bench.NumClients), commas(bench.HTTPEvents), per(bench.HTTPPeriod))
+	w("\"ns/op\" is one goroutine serving, \"parallel\" exactly 8 goroutines; times are medians of %s (`-benchtime %s`). ",
+		plural(r.settings.Rounds, "run"), r.settings.HTTPBenchtime)
+	w("The overhead is a middleware's time minus the bare handler's, in the same mode; \"vs. httprate\" is the ratio of " +
+		"overheads to that of httprate's `LimitByIP`: below 1 is cheaper. Allocations are per request, serially; the " +
+		"bare handler makes none, so they are the middleware's.\n\n")
+	w("![Overhead per request](charts/http.svg)\n\n")
+	w("%s\n", r.httpTable(p))
+	for _, n := range r.httpNotes(p) {
+		w("- %s\n", n)
+	}
+	w("\n")
+	w("The middlewares:\n\n")
+	for _, m := range r.middlewares {
+		w("- %s (`%s`, %s): %s\n", mwLabel(m), m.Name, m.Kind, m.Config)
+	}
+	w("\n")
 }
 
 // notes returns observations on the results at GOMAXPROCS procs, each
@@ -312,6 +497,20 @@ func benchtimeNote(benchtime string) string {
 		return ": one call per key"
 	}
 	return fmt.Sprintf(": %s calls", commas(n))
+}
+
+// per returns "a second", "a minute" or "an hour" for those periods, and
+// "per" and d for any other.
+func per(d time.Duration) string {
+	switch d {
+	case time.Second:
+		return "a second"
+	case time.Minute:
+		return "a minute"
+	case time.Hour:
+		return "an hour"
+	}
+	return "per " + d.String()
 }
 
 // plural returns n and noun, with an s unless n is 1.
@@ -471,6 +670,32 @@ func (r *report) nsChart(procs int) []byte {
 			bold:   s.Kind == bench.Ours,
 			group:  int(s.Kind),
 			values: []float64{r.ns(s.Name, serial, procs), r.ns(s.Name, parallel, procs)},
+		})
+	}
+	return c.svg()
+}
+
+// httpChart returns the chart of the middlewares' overhead per request at
+// GOMAXPROCS procs.
+func (r *report) httpChart(procs int) []byte {
+	c := chart{
+		title:    fmt.Sprintf("Overhead per request over the bare handler, GOMAXPROCS=%d (shorter is cheaper)", procs),
+		subtitle: fmt.Sprintf("median ns/op minus the bare handler's; %s clients; %s; %s", commas(bench.NumClients), r.machine.CPU, r.machine.Date),
+		series:   []string{"1 goroutine", "8 goroutines"},
+		colors:   []string{colorSerial, colorParallel},
+		format:   fmtNs,
+		unit:     1,
+		tick:     func(v float64) string { return fmt.Sprintf("%.0f ns", v) },
+	}
+	for _, m := range r.middlewares {
+		if m.Name == httpBaseline {
+			continue
+		}
+		c.rows = append(c.rows, chartRow{
+			label:  m.Label,
+			bold:   m.Kind == bench.Ours,
+			group:  int(m.Kind),
+			values: []float64{r.overhead(m.Name, serial, procs), r.overhead(m.Name, parallel, procs)},
 		})
 	}
 	return c.svg()
