@@ -3,6 +3,7 @@ module github.com/limitsgo/limits/bench
 go 1.26.0
 
 require (
+	github.com/go-chi/chi/v5 v5.5.0
 	github.com/go-chi/httprate v0.16.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/limitsgo/limits v0.0.0
