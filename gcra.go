@@ -89,8 +89,9 @@ type Decision struct {
 	Allowed bool
 	// Reason says why the request was refused, or is ReasonAllowed.
 	Reason Reason
-	// Limit and Period are the policy: Limit events per Period.
-	Limit  int
+	// Limit is the policy's number of events per Period.
+	Limit int
+	// Period is the policy's period.
 	Period time.Duration
 	// Burst is the most unit requests a key may make at once.
 	Burst int

@@ -87,30 +87,11 @@ func (m *Middleware) setRateHeaders(h http.Header, decs []limits.Decision, names
 	var keys [5]string
 	nv := 0
 	if m.headers != HeadersLegacy {
-		for i, d := range decs {
-			if i > 0 {
-				b = append(b, ", "...)
-			}
-			b = append(b, names[i]...)
-			b = append(b, ";q="...)
-			b = strconv.AppendInt(b, int64(d.Limit), 10)
-			b = append(b, ";w="...)
-			b = strconv.AppendInt(b, max(1, seconds(d.Period)), 10)
-		}
+		b = appendItems(b, decs, names, false)
 		ends[nv], keys[nv] = len(b), "Ratelimit-Policy"
-		nv++
-		for i, d := range decs {
-			if i > 0 {
-				b = append(b, ", "...)
-			}
-			b = append(b, names[i]...)
-			b = append(b, ";r="...)
-			b = strconv.AppendInt(b, int64(d.Remaining), 10)
-			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, seconds(resetIn(d)), 10)
-		}
-		ends[nv], keys[nv] = len(b), "Ratelimit"
-		nv++
+		b = appendItems(b, decs, names, true)
+		ends[nv+1], keys[nv+1] = len(b), "Ratelimit"
+		nv += 2
 	}
 	if m.headers == HeadersIETFAndLegacy || m.headers == HeadersLegacy {
 		d := decs[0]
@@ -135,6 +116,30 @@ func (m *Middleware) setRateHeaders(h http.Header, decs []limits.Decision, names
 		h[keys[i]] = vals[i : i+1 : i+1]
 		from = ends[i]
 	}
+}
+
+// appendItems appends one Structured Field list item per decision, named
+// by names: with the policy's q and w parameters, or with state, the
+// current r and t.
+func appendItems(b []byte, decs []limits.Decision, names []string, state bool) []byte {
+	for i, d := range decs {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, names[i]...)
+		if state {
+			b = append(b, ";r="...)
+			b = strconv.AppendInt(b, int64(d.Remaining), 10)
+			b = append(b, ";t="...)
+			b = strconv.AppendInt(b, seconds(resetIn(d)), 10)
+		} else {
+			b = append(b, ";q="...)
+			b = strconv.AppendInt(b, int64(d.Limit), 10)
+			b = append(b, ";w="...)
+			b = strconv.AppendInt(b, max(1, seconds(d.Period)), 10)
+		}
+	}
+	return b
 }
 
 // resetIn is the time the t parameter reports for d.
