@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/limitsgo/limits/internal/emission"
 )
 
 // DefaultMaxKeys is the number of keys a GCRA holds at most unless
@@ -16,7 +18,7 @@ const DefaultMaxKeys = 1 << 20
 
 // maxSpan bounds every time a GCRA computes with, in nanoseconds from its
 // creation (about 73 years either way), so that sums of two never overflow.
-const maxSpan = math.MaxInt64 / 4
+const maxSpan = emission.MaxSpan
 
 // gcraShards is the number of independently locked parts of a GCRA's table.
 const gcraShards = 64
@@ -198,8 +200,8 @@ func newGCRA(limit int, period time.Duration, opts []GCRAOption) (*GCRA, error) 
 	case o.maxKeys < 1:
 		return nil, fmt.Errorf("limits: max keys must be >= 1, got %d", o.maxKeys)
 	}
-	t := emissionInterval(limit, period)
-	if t > maxSpan/int64(o.burst) {
+	t := emission.Interval(limit, period)
+	if !emission.Fits(t, o.burst) {
 		return nil, fmt.Errorf("limits: a burst of %d at one event per %v takes too long to recover", o.burst, time.Duration(t))
 	}
 	g := &GCRA{
@@ -342,16 +344,6 @@ func (g *GCRA) decision(now, tat int64, reason Reason, retry int64) Decision {
 		RetryAfter: time.Duration(retry),
 		ResetAfter: time.Duration(tat - now),
 	}
-}
-
-// emissionInterval returns T for limit events per period: period/limit
-// rounded up to a whole nanosecond. Both must be positive.
-func emissionInterval(limit int, period time.Duration) int64 {
-	t := int64(period) / int64(limit)
-	if int64(period)%int64(limit) != 0 {
-		t++
-	}
-	return t
 }
 
 // reserve counts in a new entry, unless the table is at its cap.

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/limitsgo/limits/internal/emission"
 )
 
 // Limit is a number of events allowed per period, such as 100 per minute.
@@ -75,7 +77,7 @@ func (l Limit) problem() string {
 	if l.Period <= 0 {
 		return fmt.Sprintf("period must be > 0, got %v", l.Period)
 	}
-	if emissionInterval(l.Events, l.Period) > maxSpan/int64(l.Events) {
+	if !emission.Fits(emission.Interval(l.Events, l.Period), l.Events) {
 		return fmt.Sprintf("period %v is too long", l.Period)
 	}
 	return ""

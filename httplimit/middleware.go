@@ -397,7 +397,7 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, addrKey strin
 	n := 0
 	if m.caller != nil {
 		names[n] = m.policyItem
-		ok, decided := m.decide(w, r, m.caller, callerBucket(m.callerKey(r), addrKey), m.policyName, &decs[n])
+		ok, decided := m.decide(w, r, m.caller, callerBucket(m.callerKey(r), addrKey), m.policyName, names[n], &decs[n])
 		if decided {
 			n++
 		}
@@ -411,7 +411,7 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, addrKey strin
 			policy, item = "address", `"address"`
 		}
 		names[n] = item
-		ok, decided := m.decide(w, r, m.addr, addrKey, policy, &decs[n])
+		ok, decided := m.decide(w, r, m.addr, addrKey, policy, item, &decs[n])
 		if decided {
 			n++
 		}
@@ -441,8 +441,9 @@ func callerBucket(callerKey, addrKey string) string {
 
 // decide asks l about a request for key, stores its Decision in *d and
 // reports whether the request may go on and whether l decided (rather than
-// failed). It writes the refusal, with the headers of the bucket's policy.
-func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, l Limiter, key, policy string, d *limits.Decision) (ok, decided bool) {
+// failed). It writes the refusal, with the headers of the bucket's policy,
+// named plainly (policy) and as a header item (item).
+func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, l Limiter, key, policy, item string, d *limits.Decision) (ok, decided bool) {
 	dec, err := l.AllowN(r.Context(), key, 1)
 	if err != nil {
 		m.n.limiterError.Add(1)
@@ -468,7 +469,6 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, l Limiter, k
 	if den.RetryAfter == 0 {
 		den.RetryAfter = m.busyRetry
 	}
-	item, _ := sfString(policy) // on refusals only
 	m.setRateHeaders(w.Header(), []limits.Decision{dec}, []string{item})
 	m.refuse(w, r, key, den)
 	return false, true

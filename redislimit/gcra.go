@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/limitsgo/limits"
 	"github.com/limitsgo/limits/httplimit"
+	"github.com/limitsgo/limits/internal/emission"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -21,9 +21,6 @@ const DefaultPrefix = "limits:"
 // DefaultTimeout bounds each call to Redis unless WithTimeout says
 // otherwise, or the caller's context ends sooner.
 const DefaultTimeout = 100 * time.Millisecond
-
-// maxSpan is the local GCRA's bound on burst*T: about 73 years.
-const maxSpan = math.MaxInt64 / 4
 
 // ErrUnavailable is wrapped by every error a GCRA returns: Redis gave no
 // decision, because it could not be reached, did not answer in time or
@@ -206,11 +203,8 @@ func New(client redis.UniversalClient, limit int, period time.Duration, opts ...
 	case o.hashTag && (o.prefix == "" || strings.ContainsAny(o.prefix, "{}")):
 		panic(fmt.Sprintf("redislimit: a hash tag needs a non-empty prefix without braces, got %q", o.prefix))
 	}
-	t := int64(period) / int64(limit)
-	if int64(period)%int64(limit) != 0 {
-		t++ // rounded up, as in limits.GCRA: never more than limit per period
-	}
-	if t > maxSpan/int64(o.burst) {
+	t := emission.Interval(limit, period) // rounded up, as in limits.GCRA
+	if !emission.Fits(t, o.burst) {
 		panic(fmt.Sprintf("redislimit: a burst of %d at one event per %v takes too long to recover", o.burst, time.Duration(t)))
 	}
 	if o.hashTag {
