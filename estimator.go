@@ -48,9 +48,15 @@ type Estimator struct {
 	cells []atomic.Int64 // len(rows)*slots counters, row after row
 }
 
+// maxCells is the most counters a sketch may hold: 1 GiB of them, far more
+// than any sketch needs (4 hashes of that size count 49 million keys
+// exactly), and little enough that asking for it is not a crash.
+const maxCells = 1 << 30 / 8
+
 // NewEstimator returns an Estimator with the given number of rows (hashes) and
 // columns (slots). More slots reduce the over-count; more hashes make the
-// bound hold with higher probability. It panics if hashes < 1 or slots < 1.
+// bound hold with higher probability. It panics if hashes < 1, slots < 1,
+// or the counters would take more than 1 GiB.
 func NewEstimator(hashes, slots int) *Estimator {
 	return newEstimator(hashes, slots, maphash.MakeSeed())
 }
@@ -64,8 +70,8 @@ func newEstimator(hashes, slots int, seed maphash.Seed) *Estimator {
 	if slots < 1 {
 		panic(fmt.Sprintf("limits: slots must be >= 1, got %d", slots))
 	}
-	if hashes > math.MaxInt/slots {
-		panic(fmt.Sprintf("limits: %d hashes x %d slots is too large", hashes, slots))
+	if hashes > maxCells/slots {
+		panic(fmt.Sprintf("limits: %d hashes x %d slots need more than the 1 GiB a sketch may take", hashes, slots))
 	}
 	e := &Estimator{
 		seed:  seed,

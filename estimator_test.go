@@ -37,7 +37,9 @@ func TestNewEstimatorPanics(t *testing.T) {
 		{-1, 10, "limits: hashes must be >= 1, got -1"},
 		{4, 0, "limits: slots must be >= 1, got 0"},
 		{4, -5, "limits: slots must be >= 1, got -5"},
-		{math.MaxInt / 2, 4, "limits: 4611686018427387903 hashes x 4 slots is too large"},
+		{math.MaxInt / 2, 4, "limits: 4611686018427387903 hashes x 4 slots need more than the 1 GiB a sketch may take"},
+		{4, 1 << 40, "limits: 4 hashes x 1099511627776 slots need more than the 1 GiB a sketch may take"},
+		{1, 1<<27 + 1, "limits: 1 hashes x 134217729 slots need more than the 1 GiB a sketch may take"},
 	}
 	for _, tt := range tests {
 		got := mustPanic(t, func() { NewEstimator(tt.hashes, tt.slots) })

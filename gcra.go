@@ -1,175 +1,150 @@
 package limits
 
 import (
+	"context"
 	"fmt"
 	"hash/maphash"
 	"math"
-	"strings"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/limitsgo/limits/internal/emission"
+	"github.com/limitsgo/limits/internal/gcra"
 )
 
 // DefaultMaxKeys is the number of keys a GCRA holds at most unless
-// WithMaxKeys says otherwise: 1,048,576 keys, under 64 MiB of table.
+// WithMaxKeys says otherwise: 1,048,576 keys, in at most 23 MB of table.
 const DefaultMaxKeys = 1 << 20
+
+// maxKeysLimit is the most keys WithMaxKeys may ask for: 268,435,456, about
+// 6 GB of table once full.
+const maxKeysLimit = 1 << 28
 
 // maxSpan bounds every time a GCRA computes with, in nanoseconds from its
 // creation (about 73 years either way), so that sums of two never overflow.
-const maxSpan = emission.MaxSpan
-
-// gcraShards is the number of independently locked parts of a GCRA's table.
-const gcraShards = 64
+const maxSpan = gcra.MaxSpan
 
 // GCRA is an exact per-key rate limiter: the generic cell rate algorithm,
-// in integer nanoseconds, with a bounded table of keys that fails closed.
+// with a bounded table of keys that fails closed.
 //
 // Each key has a theoretical arrival time (TAT). With limit events per
-// period, the emission interval is T = period/limit, rounded up to a whole
-// nanosecond so that the limit is never exceeded, and a key may run at most
-// burst*T ahead of now. A request of cost n at time now is allowed if and
-// only if
+// period, the emission interval is T = period/limit and a key may run at
+// most burst*T ahead of now. A request of cost n at time now is allowed if
+// and only if
 //
 //	max(TAT, now) + n*T - burst*T <= now
 //
 // (the usual max(TAT, now) + n*T - tau - T <= now with tau = T*(burst-1));
 // when allowed, TAT becomes max(TAT, now) + n*T, and a refusal changes
-// nothing. There is no window edge to exploit: in any interval of length d,
-// at most burst + d/T unit requests pass.
+// nothing. The arithmetic is exact: T is kept as a fraction of a
+// nanosecond, not rounded, so 7 a minute lets exactly 7 through at the
+// start of each minute, and RetryAfter and ResetAfter are rounded up only
+// once, to the nanosecond. There is no window edge to exploit: in any
+// interval of length d, at most burst + d/T unit requests pass.
+//
+// Every decision is made at a time no older than the key's latest change,
+// read under the key's lock: a cost of 0 is always allowed, and
+// RetryAfter is exact for the decision's At.
+//
+// # The table
 //
 // The table holds at most MaxKeys keys (DefaultMaxKeys unless WithMaxKeys
 // says otherwise): a key whose TAT is in the future is never dropped, a key
-// whose TAT has passed carries no information and is dropped when room is
-// needed, and a new key that finds the table full is refused with
-// ReasonTableFull. Nobody already limited is ever let off. Finding expired
-// keys takes a sweep of part of the table, done at most once per 1/32 of
-// the burst's recovery time for each part, so that a table kept full costs
-// a bounded amount of sweeping per request; an expired key may therefore
-// hold its place for up to that long before it makes room.
+// whose TAT has passed carries no information and makes room for a new one
+// when needed, and a new key that finds the table full of keys in use is
+// refused with ReasonTableFull. Nobody already limited is ever let off, and
+// filling the table never switches limiting off.
 //
-// Keys are held as 64-bit hashes under a seed drawn for each GCRA, 16 bytes
-// of state per key plus the table's overhead. Two keys with the same hash
-// share one budget: among a million keys in use the odds that any two do
-// are about 1 in 37 million, and such a collision only makes two callers
-// share a limit; it never lets either go unlimited.
+// The table is open addressing in shards of at most 1,024 slots of 16
+// bytes, each shard under its own lock: a key's state is its 64-bit hash
+// (under a seed drawn for each GCRA) and its TAT, stored inline, so a
+// decision costs one hash, one lock, one clock read and, for a key not
+// recently used, one cache miss. Shards grow by doubling, up to the size
+// that keeps them three-quarters full at MaxKeys: about 22 bytes per key
+// at the cap. No call does work proportional to the table: a call scans at
+// most one shard's probe sequence, and making room for a new key at the
+// cap (marking expired entries free) visits at most a few shards; so does
+// growing a shard. No goroutine runs in the background.
+//
+// Two keys whose hashes agree in the bits kept share one budget: among a
+// million keys in use, the odds that any two do are about 1 in 5 million
+// for limits whose T is a whole number of nanoseconds, fewer bits being
+// kept when a fraction of T needs them (1 in 600,000 for 7 a minute). Such
+// a collision only makes two callers share a limit; it never lets either
+// go unlimited, and nobody can aim for one without the seed.
 //
 // All methods are safe for concurrent use. The zero value is not usable;
 // call NewGCRA.
 type GCRA struct {
-	limit   int
-	burst   int
-	period  time.Duration
-	t       int64 // emission interval T
-	d       int64 // burst*T: how far TAT may run ahead of now
-	maxKeys int64
-	start   time.Time
-	seed    maphash.Seed
-	keys    atomic.Int64 // entries in all shards, expired ones not yet dropped included
-	sweeps  atomic.Int64 // shard sweeps so far, for tests
-	shards  [gcraShards]gcraShard
+	p        gcra.Policy
+	maxKeys  int64
+	start    time.Time
+	seed     maphash.Seed
+	fracBits uint   // low bits of a slot's tag that hold its TAT's fraction
+	fracMask uint64 // 1<<fracBits - 1
+	shardMax int    // slots a shard grows to, at most
+	shards   []gcraShard
+	keys     atomic.Int64  // slots holding a key, expired or not, in all shards
+	cursor   atomic.Uint64 // the next shard reclaim looks at
 }
 
-// gcraShard is one part of the table, with its own lock.
+// shardSlots is the most slots a shard holds: 16 KiB, the most one call
+// scans.
+const shardSlots = 1024
+
+// tombstone is the tag of a slot whose key was dropped. Keys' tags have
+// the top bit set; an empty slot's tag is 0.
+const tombstone = 1
+
+// gcraShard is one part of the table: a power-of-two ring of slots probed
+// linearly from a key's home slot, under its own lock.
 type gcraShard struct {
-	mu  sync.Mutex
-	tat map[uint64]int64
-	// next is when a sweep may next be worth its cost: at most the
-	// smallest TAT in tat (math.MaxInt64 if tat is empty), so that nothing
-	// has expired before it, but no sooner than sweepGap after the last
-	// sweep, so that sweeps cost a bounded amount per request. It is
-	// written under mu and read without it.
-	next      atomic.Int64
-	lastSweep int64 // when the shard was last swept
-	swept     int   // len(tat) after the last sweep
+	mu    sync.Mutex
+	slots []gcraSlot
+	used  int     // slots not empty: holding a key, or a tombstone
+	held  int     // slots holding a key, expired or not
+	next  int64   // no key held expires before this, by the real clock
+	_     [8]byte // a shard is one cache line
 }
 
-// Decision is the answer of a limiter to one request.
-type Decision struct {
-	// Allowed reports whether the request may proceed.
-	Allowed bool
-	// Reason says why the request was refused, or is ReasonAllowed.
-	Reason Reason
-	// Limit is the policy's number of events per Period.
-	Limit int
-	// Period is the policy's period.
-	Period time.Duration
-	// Burst is the most unit requests a key may make at once.
-	Burst int
-	// Remaining is how many requests of cost 1 the key could make right
-	// now, after this decision.
-	Remaining int
-	// RetryAfter, for a request refused with ReasonRateLimited, is exactly
-	// how long to wait before the same request would be allowed; it is 0
-	// for allowed requests and for refusals that waiting cannot cure or
-	// whose end cannot be known (the other reasons).
-	RetryAfter time.Duration
-	// ResetAfter is how long until the key is back to its full burst, if
-	// it makes no more requests.
-	ResetAfter time.Duration
+// gcraSlot is one key's state: its tag (hash bits) with, in the low
+// fracBits bits, the fraction of its TAT; and the TAT's whole nanoseconds
+// since the GCRA's creation.
+type gcraSlot struct {
+	tag uint64
+	tat int64
 }
 
-// Reason tells refusals apart.
-type Reason uint8
+// Option configures a limiter: WithBurst and WithMaxKeys apply to a GCRA.
+type Option func(*options)
 
-const (
-	// ReasonAllowed is the Reason of an allowed request.
-	ReasonAllowed Reason = iota
-	// ReasonRateLimited: the key has used its burst; see RetryAfter.
-	ReasonRateLimited
-	// ReasonTableFull: the key is new and the table is full of keys whose
-	// state is in use.
-	ReasonTableFull
-	// ReasonCostAboveBurst: the request costs more than the burst, so it
-	// can never be allowed.
-	ReasonCostAboveBurst
-	// ReasonInvalidCost: the request's cost is negative.
-	ReasonInvalidCost
-	// ReasonUnavailable: a limiter whose state lives elsewhere (such as the
-	// Redis GCRA of package redislimit) could not reach it and refuses
-	// rather than let the request through unmetered. It always comes with
-	// an error; a GCRA never returns it.
-	ReasonUnavailable
-)
-
-var reasonNames = [...]string{"allowed", "rate_limited", "table_full", "cost_above_burst", "invalid_cost", "unavailable"}
-
-// String returns the reason as a code for logs and responses, such as
-// "rate_limited".
-func (r Reason) String() string {
-	if int(r) < len(reasonNames) {
-		return reasonNames[r]
-	}
-	return fmt.Sprintf("reason(%d)", uint8(r))
-}
-
-// GCRAOption configures a GCRA.
-type GCRAOption func(*gcraOptions)
-
-type gcraOptions struct {
+type options struct {
 	burst   int
 	maxKeys int
 }
 
+// GCRAOption is the former name of Option.
+type GCRAOption = Option
+
 // WithBurst sets how many unit requests a key may make at once, after a
 // pause long enough to recover. The default is the limit: one full quota at
 // once. A burst of 1 spaces every request by T = period/limit.
-func WithBurst(n int) GCRAOption { return func(o *gcraOptions) { o.burst = n } }
+func WithBurst(n int) Option { return func(o *options) { o.burst = n } }
 
 // WithMaxKeys sets the most keys the GCRA holds at once, DefaultMaxKeys by
-// default. The table grows with the keys in use up to this cap, and stays
-// under 64 bytes per key of the cap (about 47 measured at the cap).
-func WithMaxKeys(n int) GCRAOption { return func(o *gcraOptions) { o.maxKeys = n } }
+// default and at most 268,435,456. The table grows with the keys in use up
+// to this cap, and takes about 22 bytes per key of the cap once full.
+func WithMaxKeys(n int) Option { return func(o *options) { o.maxKeys = n } }
 
 // NewGCRA returns a GCRA allowing each key limit events per period. It
 // panics if limit, period, the burst or the maximum number of keys is not
 // positive, or if burst*T, the time to recover a full burst, exceeds about
 // 73 years; NewGCRAFor returns these as errors.
-func NewGCRA(limit int, period time.Duration, opts ...GCRAOption) *GCRA {
+func NewGCRA(limit int, period time.Duration, opts ...Option) *GCRA {
 	g, err := newGCRA(limit, period, opts)
 	if err != nil {
-		panic(err.Error())
+		panic("limits: " + err.Error())
 	}
 	return g
 }
@@ -177,105 +152,149 @@ func NewGCRA(limit int, period time.Duration, opts ...GCRAOption) *GCRA {
 // NewGCRAFor returns a GCRA allowing each key l.Events per l.Period, or an
 // error wrapping ErrInvalidLimit where NewGCRA would panic: the constructor
 // for limits read at run time, as from ParseLimit.
-func NewGCRAFor(l Limit, opts ...GCRAOption) (*GCRA, error) {
+func NewGCRAFor(l Limit, opts ...Option) (*GCRA, error) {
 	g, err := newGCRA(l.Events, l.Period, opts)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrInvalidLimit, strings.TrimPrefix(err.Error(), "limits: "))
+		return nil, fmt.Errorf("%w: %s", ErrInvalidLimit, err)
 	}
 	return g, nil
 }
 
-func newGCRA(limit int, period time.Duration, opts []GCRAOption) (*GCRA, error) {
-	o := gcraOptions{burst: limit, maxKeys: DefaultMaxKeys}
+func newGCRA(limit int, period time.Duration, opts []Option) (*GCRA, error) {
+	o := options{burst: limit, maxKeys: DefaultMaxKeys}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	switch {
-	case limit < 1:
-		return nil, fmt.Errorf("limits: limit must be >= 1, got %d", limit)
-	case period <= 0:
-		return nil, fmt.Errorf("limits: period must be > 0, got %v", period)
-	case o.burst < 1:
-		return nil, fmt.Errorf("limits: burst must be >= 1, got %d", o.burst)
-	case o.maxKeys < 1:
-		return nil, fmt.Errorf("limits: max keys must be >= 1, got %d", o.maxKeys)
+	p, err := gcra.New(limit, period, o.burst)
+	if err != nil {
+		return nil, err
 	}
-	t := emission.Interval(limit, period)
-	if !emission.Fits(t, o.burst) {
-		return nil, fmt.Errorf("limits: a burst of %d at one event per %v takes too long to recover", o.burst, time.Duration(t))
+	if o.maxKeys < 1 || o.maxKeys > maxKeysLimit {
+		return nil, fmt.Errorf("max keys must be within 1-%d, got %d", maxKeysLimit, o.maxKeys)
 	}
-	g := &GCRA{
-		limit:   limit,
-		burst:   o.burst,
-		period:  period,
-		t:       t,
-		d:       t * int64(o.burst),
-		maxKeys: int64(o.maxKeys),
-		seed:    maphash.MakeSeed(),
+	g := &GCRA{p: p, maxKeys: int64(o.maxKeys), seed: maphash.MakeSeed()}
+	g.fracBits = uint(bits.Len64(p.Den - 1))
+	g.fracMask = 1<<g.fracBits - 1
+	// Enough shards of at most shardSlots for the cap at three-quarters
+	// load, each growing to the power of two that holds its share.
+	total := (o.maxKeys*4 + 2) / 3
+	n := (total + shardSlots - 1) / shardSlots
+	g.shardMax = 4
+	for g.shardMax*n < total {
+		g.shardMax *= 2
 	}
+	g.shards = make([]gcraShard, n) // slots are made on first use
 	for i := range g.shards {
-		g.shards[i].tat = make(map[uint64]int64)
-		g.shards[i].next.Store(math.MaxInt64)
-		g.shards[i].lastSweep = -maxSpan
+		g.shards[i].next = math.MaxInt64
 	}
 	g.start = time.Now()
 	return g, nil
 }
 
 // Limit returns the events allowed per period.
-func (g *GCRA) Limit() int { return g.limit }
+func (g *GCRA) Limit() int { return g.p.Limit }
 
 // Period returns the period of the limit.
-func (g *GCRA) Period() time.Duration { return g.period }
+func (g *GCRA) Period() time.Duration { return g.p.Period }
 
 // Burst returns the most unit requests a key may make at once.
-func (g *GCRA) Burst() int { return g.burst }
-
-// EmissionInterval returns T, the time one unit request costs: the period
-// divided by the limit, rounded up to a whole nanosecond.
-func (g *GCRA) EmissionInterval() time.Duration { return time.Duration(g.t) }
+func (g *GCRA) Burst() int { return g.p.Burst }
 
 // MaxKeys returns the most keys the GCRA holds at once.
 func (g *GCRA) MaxKeys() int { return int(g.maxKeys) }
 
 // Len returns the number of keys held, counting those whose state has
-// expired but has not been dropped yet.
+// expired but whose place has not been taken or freed yet.
 func (g *GCRA) Len() int { return int(g.keys.Load()) }
 
 // Allow decides a request of cost 1 for key now. It is AllowN(key, 1).
 func (g *GCRA) Allow(key string) Decision {
-	return g.decide(g.now(), maphash.String(g.seed, key), 1, true)
+	return g.decide(0, false, maphash.String(g.seed, key), 1, true)
 }
 
 // AllowN decides a request of cost n for key now, and charges it if
 // allowed. A request costing more than the burst is refused with
-// ReasonCostAboveBurst, one with a negative cost with ReasonInvalidCost; a
-// cost of 0 is always allowed, charges nothing and reports the key's state.
+// ReasonCostAboveBurst, one with a negative cost with ReasonInvalidCost,
+// both with RetryAfter 0 and the key's state; a cost of 0 is always
+// allowed, charges nothing and reports the key's state.
 func (g *GCRA) AllowN(key string, n int) Decision {
-	return g.decide(g.now(), maphash.String(g.seed, key), n, true)
+	return g.decide(0, false, maphash.String(g.seed, key), n, true)
 }
 
 // AllowNAt is AllowN at time t instead of now, in the manner of
-// golang.org/x/time/rate. A request dated before the key's latest state is
-// judged against that state, which can only make the answer stricter (and
-// Remaining is then 0). The table drops expired keys by the real clock,
-// never by a time passed here, so that a date in the future cannot clear
-// other keys' state; a key charged at such a date stays in the table until
-// the real clock reaches it. Times more than about 73 years from the
-// GCRA's creation are clamped.
+// golang.org/x/time/rate. A request dated before the key's latest change
+// is judged at the earliest time consistent with the key's state, and its
+// Decision's At says when that is. The table drops expired keys by the
+// real clock, never by a time passed here, so that a date in the future
+// cannot clear other keys' state; a key charged at such a date stays in the
+// table until the real clock reaches it. Times more than about 73 years
+// from the GCRA's creation are clamped.
 func (g *GCRA) AllowNAt(t time.Time, key string, n int) Decision {
-	return g.decide(g.at(t), maphash.String(g.seed, key), n, true)
+	return g.decide(g.at(t), true, maphash.String(g.seed, key), n, true)
 }
 
 // Peek reports what Allow would decide for key now, without charging
 // anything or adding the key to the table.
 func (g *GCRA) Peek(key string) Decision {
-	return g.decide(g.now(), maphash.String(g.seed, key), 1, false)
+	return g.decide(0, false, maphash.String(g.seed, key), 1, false)
 }
 
-// PeekAt is Peek at time t.
+// PeekAt is Peek at time t, judged as AllowNAt judges it.
 func (g *GCRA) PeekAt(t time.Time, key string) Decision {
-	return g.decide(g.at(t), maphash.String(g.seed, key), 1, false)
+	return g.decide(g.at(t), true, maphash.String(g.seed, key), 1, false)
+}
+
+// Take is AllowN(key, n), for the Limiter interface: it never returns an
+// error, and ctx is not used, as a local decision does not block.
+func (g *GCRA) Take(_ context.Context, key string, n int) (Decision, error) {
+	return g.decide(0, false, maphash.String(g.seed, key), n, true), nil
+}
+
+// Refund gives back the charge of d, an allowed Decision that AllowN, Take
+// or Allow returned for key: the part of it that the key still owes now,
+// so that the key is left owing no less than had the request never been
+// made, and exactly that much when no other request for the key came in
+// between. It does nothing for a refused Decision, one of cost 0, or a key
+// the table no longer holds, and never returns an error.
+//
+// A front end calls it when a later layer refuses a request an earlier
+// one charged, so that a refused request costs nothing.
+func (g *GCRA) Refund(_ context.Context, key string, d Decision) error {
+	if !d.Allowed || d.Cost <= 0 || d.Cost > g.p.Burst {
+		return nil
+	}
+	// The key's TAT just after the charge: known exactly for a Decision of
+	// g's, otherwise At + ResetAfter, rounded up to the nanosecond.
+	charged, rounded := d.mark, false
+	if d.src != g {
+		charged, rounded = gcra.Time{NS: g.at(d.At) + int64(d.ResetAfter)}, true
+	}
+	h := maphash.String(g.seed, key)
+	s, tag := g.shardOf(h), g.tagOf(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	real := g.now()
+	i, _ := s.lookup(g, tag, real)
+	if i < 0 {
+		return nil
+	}
+	s.store(g, i, g.p.Refund(s.load(g, i), charged, gcra.Time{NS: real}, d.Cost, rounded))
+	return nil
+}
+
+// Reset forgets key's state, so that its next request finds its full
+// burst: to unblock a client by hand, say. Requests for key that race with
+// it may be decided before or after.
+func (g *GCRA) Reset(key string) {
+	h := maphash.String(g.seed, key)
+	s, tag := g.shardOf(h), g.tagOf(h)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i, _ := s.lookup(g, tag, g.now()); i >= 0 {
+		s.slots[i].tag = tombstone
+		s.held--
+		g.keys.Add(-1)
+	}
 }
 
 // now returns the time since g's creation in nanoseconds.
@@ -288,65 +307,119 @@ func (g *GCRA) at(t time.Time) int64 {
 	return min(max(int64(t.Sub(g.start)), -maxSpan), maxSpan)
 }
 
-// decide applies the algorithm to key hash h at time now for a request of
-// cost n. With charge false it only reports.
-func (g *GCRA) decide(now int64, h uint64, n int, charge bool) Decision {
-	if n < 0 || n > g.burst {
-		dec := g.decide(now, h, 0, false)
-		dec.Allowed, dec.Reason = false, ReasonCostAboveBurst
-		if n < 0 {
-			dec.Reason = ReasonInvalidCost
-		}
-		return dec
+func (g *GCRA) shardOf(h uint64) *gcraShard {
+	i, _ := bits.Mul64(h, uint64(len(g.shards)))
+	return &g.shards[i]
+}
+
+// tagOf returns the tag of the key whose hash is h: its low 63-fracBits
+// bits, above the fraction's bits, with the top bit set. The shard is
+// chosen by the hash's high bits, a key's home slot in its shard by the
+// tag's low bits.
+func (g *GCRA) tagOf(h uint64) uint64 { return h<<g.fracBits | 1<<63 }
+
+// decide applies the algorithm to key hash h for a request of cost n, at
+// the time at if dated, otherwise now. With charge false it only reports.
+func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decision {
+	reason, cost := ReasonAllowed, n
+	switch {
+	case n < 0:
+		reason, cost, charge = ReasonInvalidCost, 0, false
+	case n > g.p.Burst:
+		reason, cost, charge = ReasonCostAboveBurst, 0, false
+	case n == 0:
+		charge = false
 	}
-	s := &g.shards[h>>58]
-	for retried := false; ; retried = true {
+	s, tag := g.shardOf(h), g.tagOf(h)
+	for attempt := 0; ; attempt++ {
 		s.mu.Lock()
-		tat, found := s.tat[h]
-		base := now
-		if found {
-			base = max(tat, now)
+		real := g.now()
+		now := real
+		if dated {
+			now = at
 		}
-		next := base + int64(n)*g.t
+		if s.slots == nil && charge {
+			s.slots = make([]gcraSlot, 4)
+		}
+		i, free := s.lookup(g, tag, real)
+		var ahead gcra.Time
+		if i >= 0 {
+			ahead = g.p.Sub(s.load(g, i), gcra.Time{NS: now})
+			if gcra.Less(g.p.D, ahead) {
+				// Dated before the key's latest change, or after a charge
+				// dated in the future: judge it at the earliest whole
+				// nanosecond consistent with the key's state.
+				late := gcra.Ceil(g.p.Sub(ahead, g.p.D))
+				now += late
+				ahead = g.p.Sub(ahead, gcra.Time{NS: late})
+			}
+		}
+		r := g.p.Decide(ahead, cost, charge)
+		if !r.Allowed || !charge {
+			s.mu.Unlock()
+			return g.decision(r, reason, n, now, gcra.Time{})
+		}
+		tat := g.p.Add(gcra.Time{NS: now}, r.Ahead)
 		switch {
-		case next-now > g.d:
+		case i >= 0:
+			s.store(g, i, tat)
+		case free >= 0 && s.slots[free].tag > tombstone:
+			// An expired key's place: the count of keys is unchanged.
+			s.put(g, free, tag, tat)
+		case free >= 0 && g.reserve():
+			if s.slots[free].tag == 0 {
+				s.used++
+			}
+			s.held++
+			s.put(g, free, tag, tat)
+			if 4*s.used > 3*len(s.slots) {
+				s.maintain(g, real)
+			}
+		default:
+			// The table is at its cap, or this shard is full: free the
+			// places of expired keys, here and then in a few other shards,
+			// and try again.
+			freed := 0
+			if s.next <= real {
+				freed = s.purge(g, real)
+			}
 			s.mu.Unlock()
-			return g.decision(now, base, ReasonRateLimited, next-g.d-now)
-		case !charge || n == 0:
-			s.mu.Unlock()
-			return g.decision(now, base, ReasonAllowed, 0)
-		case found:
-			s.tat[h] = next
-			s.mu.Unlock()
-			return g.decision(now, next, ReasonAllowed, 0)
-		case g.reserve():
-			s.insert(g, h, next, min(now, g.now()))
-			s.mu.Unlock()
-			return g.decision(now, next, ReasonAllowed, 0)
+			if freed == 0 && attempt == 0 {
+				freed = g.reclaim(real)
+			}
+			if freed == 0 || attempt > 1 {
+				return g.decision(gcra.Result{}, ReasonTableFull, n, now, gcra.Time{})
+			}
+			continue
 		}
 		s.mu.Unlock()
-		if retried || !g.reclaim(min(now, g.now())) {
-			return Decision{Reason: ReasonTableFull, Limit: g.limit, Period: g.period, Burst: g.burst}
-		}
+		return g.decision(r, reason, n, now, tat)
 	}
 }
 
-// decision builds the Decision for a key whose TAT, after the request, is
-// tat. retry is the wait for a request refused with ReasonRateLimited.
-func (g *GCRA) decision(now, tat int64, reason Reason, retry int64) Decision {
-	return Decision{
-		Allowed:    reason == ReasonAllowed,
+// decision builds the Decision for r, made at now; tat is the key's TAT
+// after a charge.
+func (g *GCRA) decision(r gcra.Result, reason Reason, n int, now int64, tat gcra.Time) Decision {
+	d := Decision{
+		Allowed:    r.Allowed && reason == ReasonAllowed,
 		Reason:     reason,
-		Limit:      g.limit,
-		Period:     g.period,
-		Burst:      g.burst,
-		Remaining:  int(max(0, (now+g.d-tat)/g.t)),
-		RetryAfter: time.Duration(retry),
-		ResetAfter: time.Duration(tat - now),
+		Limit:      g.p.Limit,
+		Period:     g.p.Period,
+		Burst:      g.p.Burst,
+		Cost:       n,
+		Remaining:  r.Remaining,
+		ResetAfter: r.ResetAfter,
+		At:         g.start.Add(time.Duration(now)),
+		src:        g,
+		mark:       tat,
 	}
+	if !r.Allowed && reason == ReasonAllowed {
+		d.Reason, d.RetryAfter = ReasonRateLimited, r.RetryAfter
+	}
+	return d
 }
 
-// reserve counts in a new entry, unless the table is at its cap.
+// reserve counts in a new key, unless the table is at its cap.
 func (g *GCRA) reserve() bool {
 	for {
 		k := g.keys.Load()
@@ -359,67 +432,155 @@ func (g *GCRA) reserve() bool {
 	}
 }
 
-// reclaim drops the expired entries of every shard that may hold some and
-// has not been swept within sweepGap, and reports whether it dropped any.
-// It is called, with no lock held, only when the table is at its cap; now
-// is the real clock, never a time a caller passed, so that no date in the
-// future can drop entries still in use.
-func (g *GCRA) reclaim(now int64) bool {
-	freed := false
-	for i := range g.shards {
-		s := &g.shards[i]
-		if s.next.Load() > now {
-			continue
-		}
+// reclaimShards is how many shards reclaim looks at, and reclaimPurges
+// how many of them it may purge, for one new key at the cap.
+const reclaimShards, reclaimPurges = 8, 2
+
+// reclaim frees the places of expired keys in a few shards, from a cursor
+// that moves on each call, so that a table at its cap makes room where
+// keys have expired at a bounded cost per call. It returns how many places
+// it freed. It is called with no lock held; now is the real clock, never a
+// time a caller passed, so that no date in the future can drop keys still
+// in use.
+func (g *GCRA) reclaim(now int64) int {
+	freed, purged := 0, 0
+	for range min(reclaimShards, len(g.shards)) {
+		s := &g.shards[g.cursor.Add(1)%uint64(len(g.shards))]
 		s.mu.Lock()
-		if s.sweep(g, now) > 0 {
-			freed = true
+		if s.next <= now {
+			freed += s.purge(g, now)
+			purged++
 		}
 		s.mu.Unlock()
+		if freed > 0 || purged == reclaimPurges {
+			break
+		}
 	}
 	return freed
 }
 
-// sweepGap is the least time between two sweeps of a shard: 1/32 of the
-// time a key takes to recover its full burst, at least 1ns. Every key
-// expires within that recovery time of its last charge, so a table kept at
-// its cap sees at least MaxKeys new keys per recovery time, and each new
-// key costs at most about 32 entries swept. In exchange, an expired entry
-// may keep its place up to sweepGap longer, and a new key meanwhile be
-// refused with ReasonTableFull.
-func (g *GCRA) sweepGap() int64 { return max(g.d/32, 1) }
-
-// insert adds an entry reserved by g.reserve. Once the shard has doubled
-// since its last sweep it sweeps again, so that expired entries do not pile
-// up to the cap when the table has room; the cost is amortised over the
-// inserts. now is the real clock. s.mu is held.
-func (s *gcraShard) insert(g *GCRA, h uint64, tat, now int64) {
-	s.tat[h] = tat
-	if tat < s.next.Load() {
-		s.next.Store(max(tat, s.lastSweep+g.sweepGap()))
+// lookup scans tag's probe sequence from its home slot to the key's slot or
+// an empty one. It returns the key's slot or -1, and the first slot a new
+// key may take (a tombstone, an expired key's slot, or the empty slot that
+// ended the scan) or -1 if there is none. s.mu is held.
+func (s *gcraShard) lookup(g *GCRA, tag uint64, now int64) (at, free int) {
+	mask := len(s.slots) - 1
+	i := int(tag>>g.fracBits) & mask
+	free = -1
+	for range len(s.slots) {
+		e := &s.slots[i]
+		switch {
+		case e.tag == 0:
+			if free < 0 {
+				free = i
+			}
+			return -1, free
+		case e.tag&^g.fracMask == tag:
+			return i, free
+		case free < 0 && (e.tag == tombstone || g.expired(e, now)):
+			free = i
+		}
+		i = (i + 1) & mask
 	}
-	if len(s.tat) >= 2*s.swept+64 && s.next.Load() <= now {
-		s.sweep(g, now)
+	return -1, free
+}
+
+// expired reports whether the key in e has nothing owed at now.
+func (g *GCRA) expired(e *gcraSlot, now int64) bool {
+	return e.tat < now || e.tat == now && e.tag&g.fracMask == 0
+}
+
+// load returns the TAT of slot i.
+func (s *gcraShard) load(g *GCRA, i int) gcra.Time {
+	return gcra.Time{NS: s.slots[i].tat, Frac: s.slots[i].tag & g.fracMask}
+}
+
+// store sets the TAT of slot i, which holds a key.
+func (s *gcraShard) store(g *GCRA, i int, tat gcra.Time) {
+	s.put(g, i, s.slots[i].tag&^g.fracMask, tat)
+}
+
+// put stores a key's tag and TAT in slot i.
+func (s *gcraShard) put(g *GCRA, i int, tag uint64, tat gcra.Time) {
+	s.slots[i] = gcraSlot{tag: tag | tat.Frac, tat: tat.NS}
+	s.next = min(s.next, tat.NS)
+}
+
+// testHookScan, if set by a test, is told how many slots each pass over a
+// whole shard looks at.
+var testHookScan func(slots int)
+
+// purge turns the slots of expired keys into tombstones and returns how
+// many it freed. s.mu is held; now is the real clock.
+func (s *gcraShard) purge(g *GCRA, now int64) int {
+	if testHookScan != nil {
+		testHookScan(len(s.slots))
+	}
+	freed := 0
+	next := int64(math.MaxInt64)
+	for i := range s.slots {
+		e := &s.slots[i]
+		switch {
+		case e.tag <= tombstone:
+		case g.expired(e, now):
+			e.tag = tombstone
+			freed++
+		default:
+			next = min(next, e.tat)
+		}
+	}
+	s.held -= freed
+	s.next = next
+	g.keys.Add(int64(-freed))
+	return freed
+}
+
+// maintain keeps the shard's probe sequences short once three-quarters of
+// its slots are used: it frees expired keys' places, then doubles the
+// shard if it is over half full of keys and may still grow, or clears its
+// tombstones if they fill an eighth of it. A shard at its largest that is
+// still three-quarters full of keys in use goes on filling. The cost, at
+// most one pass over the shard and one over its new slots, is amortised
+// over the insertions that filled it. s.mu is held; now is the real clock.
+func (s *gcraShard) maintain(g *GCRA, now int64) {
+	if s.next <= now {
+		s.purge(g, now)
+	}
+	switch {
+	case 2*s.held > len(s.slots) && len(s.slots) < g.shardMax:
+		s.rebuild(g, 2*len(s.slots), now)
+	case 8*(s.used-s.held) >= len(s.slots):
+		s.rebuild(g, len(s.slots), now)
 	}
 }
 
-// sweep drops the entries whose TAT is not after now, and returns how many
-// it dropped. s.mu is held.
-func (s *gcraShard) sweep(g *GCRA, now int64) int {
-	low := int64(math.MaxInt64)
-	n := 0
-	for h, tat := range s.tat {
-		if tat <= now {
-			delete(s.tat, h)
-			n++
-		} else {
-			low = min(low, tat)
-		}
+// rebuild moves the shard's keys in use into size new slots, leaving out
+// tombstones and expired keys. s.mu is held; now is the real clock.
+func (s *gcraShard) rebuild(g *GCRA, size int, now int64) {
+	if testHookScan != nil {
+		testHookScan(len(s.slots))
 	}
-	s.lastSweep = now
-	s.next.Store(max(low, now+g.sweepGap()))
-	s.swept = len(s.tat)
-	g.keys.Add(int64(-n))
-	g.sweeps.Add(1)
-	return n
+	old := s.slots
+	s.slots = make([]gcraSlot, size)
+	mask := size - 1
+	dropped := 0
+	s.next = math.MaxInt64
+	for _, e := range old {
+		switch {
+		case e.tag <= tombstone:
+			continue
+		case g.expired(&e, now):
+			dropped++
+			continue
+		}
+		i := int(e.tag>>g.fracBits) & mask
+		for s.slots[i].tag != 0 {
+			i = (i + 1) & mask
+		}
+		s.slots[i] = e
+		s.next = min(s.next, e.tat)
+	}
+	s.held -= dropped
+	s.used = s.held
+	g.keys.Add(int64(-dropped))
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/limitsgo/limits/internal/emission"
+	"github.com/limitsgo/limits/internal/gcra"
 )
 
 // Limit is a number of events allowed per period, such as 100 per minute.
@@ -77,7 +77,7 @@ func (l Limit) problem() string {
 	if l.Period <= 0 {
 		return fmt.Sprintf("period must be > 0, got %v", l.Period)
 	}
-	if !emission.Fits(emission.Interval(l.Events, l.Period), l.Events) {
+	if _, err := gcra.New(l.Events, l.Period, l.Events); err != nil {
 		return fmt.Sprintf("period %v is too long", l.Period)
 	}
 	return ""

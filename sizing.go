@@ -70,7 +70,9 @@ const defaultFailure = 0.02
 
 // Dims returns the hashes and slots of the smallest count-min sketch that
 // meets s (see Sizing for the bounds it relies on), or an error, prefixed
-// "limits: ", when s is not valid or the sketch would not fit in an int.
+// "limits: ", when s is not valid or the sketch would take more than
+// 1 GiB (12 million keys counted exactly at the default Failure, 3.5
+// million at a Failure of 1e-6).
 // It allocates nothing unless it fails.
 func (s Sizing) Dims() (hashes, slots int, err error) {
 	failure := s.Failure
@@ -116,8 +118,8 @@ func (s Sizing) Dims() (hashes, slots int, err error) {
 		w = min(w, q*float64(s.Events)/(float64(s.MaxOver)+1))
 	}
 	w = max(1, math.Ceil(w-1e-9))
-	if w > float64(math.MaxInt/8)/d {
-		return 0, 0, fmt.Errorf("limits: Sizing needs %.0f hashes x %.0f slots, too large", d, w)
+	if w > float64(maxCells)/d {
+		return 0, 0, fmt.Errorf("limits: Sizing needs %.0f hashes x %.0f slots, more than the 1 GiB a sketch may take", d, w)
 	}
 	return int(d), int(w), nil
 }

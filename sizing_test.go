@@ -58,8 +58,10 @@ func TestSizingErrors(t *testing.T) {
 		{Sizing{Keys: 10, Failure: math.NaN()}, "limits: Sizing.Failure must be in [0, 1), got NaN"},
 		{Sizing{MaxOverFraction: 0.1, Events: 10}, "limits: Sizing takes MaxOverFraction or Events with MaxOver, not both"},
 		{Sizing{Keys: 10, MaxOver: 5}, "limits: Sizing.MaxOver needs Sizing.Events"},
-		{Sizing{MaxOverFraction: 5e-324}, "limits: Sizing needs 4 hashes x +Inf slots, too large"},
-		{Sizing{Keys: math.MaxInt}, "limits: Sizing needs 4 hashes x 24526310829800947712 slots, too large"},
+		{Sizing{MaxOverFraction: 5e-324}, "limits: Sizing needs 4 hashes x +Inf slots, more than the 1 GiB a sketch may take"},
+		{Sizing{Keys: math.MaxInt}, "limits: Sizing needs 4 hashes x 24526310829800947712 slots, more than the 1 GiB a sketch may take"},
+		{Sizing{Keys: 1 << 40}, "limits: Sizing needs 4 hashes x 2923764089320 slots, more than the 1 GiB a sketch may take"},
+		{Sizing{Keys: 50_000_000}, "limits: Sizing needs 4 hashes x 132957395 slots, more than the 1 GiB a sketch may take"},
 	}
 	for _, tt := range tests {
 		h, s, err := tt.s.Dims()

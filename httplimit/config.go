@@ -47,15 +47,21 @@ type Config struct {
 	// Burst is how many requests a client may make at once; 0 means
 	// Rate.Events.
 	Burst int
-	// MaxKeys caps the clients tracked by each local limiter; 0 means
-	// limits.DefaultMaxKeys. A new client finding the table full of
-	// clients in debt is refused with 503 and reason table_full.
+	// MaxKeys caps the clients tracked by each local limiter, and by the
+	// per-client concurrency table; 0 means limits.DefaultMaxKeys. A new
+	// client finding a limiter's table full of clients in debt is refused
+	// with 503 and reason table_full.
 	MaxKeys int
 	// Limiter, if set, replaces the local limiter built from Rate, for
-	// instance with one shared by a fleet. It must apply its own limit;
-	// Rate then only describes it in the RateLimit-Policy header and may be
-	// left zero to send none.
-	Limiter Limiter
+	// instance with one shared by a fleet. It applies its own limit, and
+	// the RateLimit header fields report the policy its Decisions carry;
+	// Rate, Burst and MaxKeys are then not used for the address bucket.
+	Limiter limits.Limiter
+	// LimiterTimeout bounds each call to Limiter or CallerLimiter; past
+	// it, the call counts as failed and OnLimiterError applies. 0 means
+	// 250ms, or Timeout if that is shorter. A local limiter built from
+	// Rate decides in process and is not bounded.
+	LimiterTimeout time.Duration
 
 	// CallerKey, if set, returns a key the caller chooses, such as a
 	// session cookie or an API key (see CookieKey, HeaderKey), or "" for
@@ -72,7 +78,7 @@ type Config struct {
 	AddressMultiplier int
 	// CallerLimiter, if set, replaces the local limiter for caller keys,
 	// as Limiter does for addresses.
-	CallerLimiter Limiter
+	CallerLimiter limits.Limiter
 
 	// TrustedProxies lists the networks of the proxies in front of the
 	// service. Only a request arriving from one of them has its
@@ -92,16 +98,20 @@ type Config struct {
 	IPv4Prefix, IPv6Prefix int
 
 	// MaxInFlightPerClient caps the requests one client address has in
-	// progress at once, with a limits.Inflight; 0 sets no cap. Refusals
-	// get InFlightStatus, 429 by default, and reason concurrency_limited.
+	// progress at once; 0 sets no cap. Each client is counted exactly, in
+	// a table of at most MaxKeys clients with requests in progress: a
+	// refusal gets InFlightStatus, 429 by default, and reason
+	// concurrency_limited, or, when the table is full, 503 and reason
+	// concurrency_table_full. A request's count is given back however it
+	// ends: return, panic, client gone or timeout.
 	MaxInFlightPerClient int
 	// InFlightStatus is the status of concurrency_limited refusals.
 	InFlightStatus int
 
-	// OnLimiterError says what to do when a limiter returns an error:
-	// refuse with 503 and reason limiter_error (FailClosed, the default),
-	// or serve the request (FailOpen). Either way the error is counted and
-	// logged.
+	// OnLimiterError says what to do when a limiter returns an error or
+	// does not answer within LimiterTimeout: refuse with 503 and reason
+	// limiter_error (FailClosed, the default), or serve the request
+	// (FailOpen). Either way the error is counted and logged.
 	OnLimiterError ErrorPolicy
 
 	// Headers selects the rate limit headers sent on rate-limited routes;
@@ -158,7 +168,7 @@ const (
 	EnvRate           = "LIMITS_RATE"            // Rate, as limits.ParseLimit reads it: "100/min"
 	EnvBurst          = "LIMITS_BURST"           // Burst, an integer >= 1
 	EnvMaxInFlight    = "LIMITS_MAX_INFLIGHT"    // MaxInFlight, an integer >= 1
-	EnvQueueWait      = "LIMITS_QUEUE_WAIT"      // QueueWait, a duration such as "20ms"
+	EnvQueueWait      = "LIMITS_QUEUE_WAIT"      // QueueWait, a duration such as "20ms", or 0
 	EnvTimeout        = "LIMITS_TIMEOUT"         // Timeout, a duration such as "10s"
 	EnvMaxKeys        = "LIMITS_MAX_KEYS"        // MaxKeys, an integer >= 1
 	EnvTrustedProxies = "LIMITS_TRUSTED_PROXIES" // TrustedProxies, comma-separated prefixes or addresses
@@ -190,13 +200,16 @@ func (c *Config) LoadEnv(lookup func(string) (string, bool)) error {
 		*dst = n
 		return nil
 	}
-	duration := func(name string, dst *time.Duration) error {
+	duration := func(name string, dst *time.Duration, zero bool) error {
 		v, ok := get(name)
 		if !ok {
 			return nil
 		}
 		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
+		switch {
+		case zero && (err != nil || d < 0):
+			return fmt.Errorf("httplimit: %s=%q: want a duration >= 0, such as 10ms", name, v)
+		case !zero && (err != nil || d <= 0):
 			return fmt.Errorf("httplimit: %s=%q: want a duration > 0, such as 10s", name, v)
 		}
 		*dst = d
@@ -213,8 +226,8 @@ func (c *Config) LoadEnv(lookup func(string) (string, bool)) error {
 		func() error { return positive(EnvBurst, &c.Burst) },
 		func() error { return positive(EnvMaxInFlight, &c.MaxInFlight) },
 		func() error { return positive(EnvMaxKeys, &c.MaxKeys) },
-		func() error { return duration(EnvQueueWait, &c.QueueWait) },
-		func() error { return duration(EnvTimeout, &c.Timeout) },
+		func() error { return duration(EnvQueueWait, &c.QueueWait, true) },
+		func() error { return duration(EnvTimeout, &c.Timeout, false) },
 	} {
 		if err := f(); err != nil {
 			return err

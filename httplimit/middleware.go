@@ -14,17 +14,21 @@ import (
 	"time"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/internal/front"
 )
 
 // Reasons of refusals, as sent in problem bodies, passed to Config.Deny and
 // logged.
 const (
-	ReasonRateLimited        = "rate_limited"        // 429: the client's bucket is empty
-	ReasonServerBusy         = "server_busy"         // 503: the gate is full
-	ReasonRequestTimeout     = "request_timeout"     // 503: the request ran past Config.Timeout
-	ReasonLimiterError       = "limiter_error"       // 503: a limiter failed and the policy is FailClosed
-	ReasonTableFull          = "table_full"          // 503: the limiter tracks as many clients as it may
-	ReasonConcurrencyLimited = "concurrency_limited" // Config.InFlightStatus: the client has too many requests in progress
+	ReasonRateLimited          = front.ReasonRateLimited          // 429: the client's bucket is empty
+	ReasonServerBusy           = front.ReasonServerBusy           // 503: the gate is full
+	ReasonRequestTimeout       = front.ReasonRequestTimeout       // 503: the request ran past Config.Timeout
+	ReasonLimiterError         = front.ReasonLimiterError         // 503: a limiter failed or did not answer in time, and the policy is FailClosed
+	ReasonTableFull            = front.ReasonTableFull            // 503: the limiter tracks as many clients as it may
+	ReasonCostAboveBurst       = front.ReasonCostAboveBurst       // 429, no Retry-After: the request costs more than the client's whole burst
+	ReasonInvalidCost          = front.ReasonInvalidCost          // 500: the request's cost is negative
+	ReasonConcurrencyLimited   = front.ReasonConcurrencyLimited   // Config.InFlightStatus: the client has too many requests in progress
+	ReasonConcurrencyTableFull = front.ReasonConcurrencyTableFull // 503: too many clients have requests in progress
 )
 
 // Middleware limits the requests that pass through its Handler, in layers
@@ -34,14 +38,25 @@ const (
 //  2. Capacity: a limits.Gate caps the requests in progress in the process
 //     (503 server_busy), and a deadline bounds each request (503
 //     request_timeout).
-//  3. Rate: a limiter per client address, and one per caller key if
+//  3. Rate: a bucket per client address, then one per caller key if
 //     configured (429 rate_limited).
 //  4. Concurrency: a cap on the requests one client address has in
 //     progress (429 concurrency_limited by default).
 //
-// Every refusal is counted (see Stats), may be logged, and carries
-// Retry-After; responses on rate-limited routes carry the RateLimit-Policy
-// and RateLimit header fields.
+// A request refused by a layer costs nothing in any other: the buckets an
+// earlier layer charged are given back, so a client is never charged for
+// service it did not get. The address bucket, which a client cannot
+// choose, is charged before the caller key's, so that a caller key gets a
+// bucket only for requests its address allowed: a client sending a new
+// session cookie with every request cannot fill the table other clients
+// need. Every wait is bounded: the gate's queue by QueueWait, each limiter
+// call by LimiterTimeout, the handler by Timeout.
+//
+// Every refusal is counted (see Stats), may be logged, and is answered
+// from the deciding layer's answer: its status and reason, a Retry-After
+// that is never earlier than the truth (none when waiting cannot help),
+// and the RateLimit-Policy and RateLimit header fields of the policy that
+// refused. Allowed requests carry the fields of every policy applied.
 //
 // A Middleware is safe for concurrent use. Create one with New.
 type Middleware struct {
@@ -51,24 +66,23 @@ type Middleware struct {
 	timeout   time.Duration
 	busyRetry time.Duration
 
-	addr      Limiter
-	caller    Limiter
-	callerKey func(*http.Request) string
-	onError   ErrorPolicy
+	// addr is the client address's bucket; caller the caller key's, and
+	// keyless the one that requests without a caller key share per
+	// address.
+	addr, caller, keyless *front.Rate
+	callerKey             func(*http.Request) string
+	onError               ErrorPolicy
 
 	proxies            []netip.Prefix
 	forwarded          string // the canonical name of the forwarding header
 	ipv4Bits, ipv6Bits int
 
-	inflight       *limits.Inflight
-	maxPerClient   int64
+	slots          *front.Slots
 	inflightStatus int
 
-	headers    HeaderMode
-	policyName string // as given, "default" if none
-	policyItem string // quoted, as the header fields carry it
-	deny       func(http.ResponseWriter, *http.Request, Denial)
-	logger     *slog.Logger
+	headers HeaderMode
+	deny    func(http.ResponseWriter, *http.Request, Denial)
+	logger  *slog.Logger
 
 	n counters
 }
@@ -76,7 +90,8 @@ type Middleware struct {
 // counters are the Middleware's outcome counters.
 type counters struct {
 	exempt, allowed, rateLimited, serverBusy, requestTimeout,
-	limiterError, tableFull, concurrencyLimited atomic.Uint64
+	limiterError, tableFull, costAboveBurst, invalidCost,
+	concurrencyLimited, concurrencyTableFull atomic.Uint64
 }
 
 // Stats is a snapshot of a Middleware's counters. It marshals to JSON, so
@@ -100,26 +115,34 @@ type Stats struct {
 	// TableFull counts requests refused because a limiter's table of
 	// clients was full.
 	TableFull uint64 `json:"table_full"`
+	// CostAboveBurst counts requests refused because they cost more than
+	// a bucket holds, and InvalidCost those whose cost was negative.
+	CostAboveBurst uint64 `json:"cost_above_burst"`
+	InvalidCost    uint64 `json:"invalid_cost"`
 	// ConcurrencyLimited counts requests refused because their client had
 	// too many in progress.
 	ConcurrencyLimited uint64 `json:"concurrency_limited"`
+	// ConcurrencyTableFull counts requests refused because too many
+	// clients had requests in progress.
+	ConcurrencyTableFull uint64 `json:"concurrency_table_full"`
 	// Gate holds the gate's counters, if Config.MaxInFlight is set.
 	Gate limits.GateStats `json:"gate"`
 }
 
 // Denial describes a refusal to Config.Deny.
 type Denial struct {
-	// Status is the HTTP status to send: 429 or 503, or InFlightStatus.
+	// Status is the HTTP status to send: 429, 503, 500 or InFlightStatus.
 	Status int
 	// Reason is one of the Reason* codes, such as "rate_limited".
 	Reason string
 	// RetryAfter is the wait sent in the Retry-After header, in whole
-	// seconds, never shorter than the limiter's answer.
+	// seconds, never shorter than the limiter's answer; 0 when no header
+	// is sent, for refusals that waiting cannot cure.
 	RetryAfter time.Duration
-	// Decision is the limiter's answer, for rate_limited and table_full.
+	// Decision is the limiter's answer, for refusals a limiter decided.
 	Decision *limits.Decision
 	// Policy names the refusing bucket's policy, as in the RateLimit
-	// fields, for rate_limited and table_full.
+	// fields, for refusals a limiter decided.
 	Policy string
 	// Err is the limiter's error, for limiter_error.
 	Err error
@@ -128,7 +151,8 @@ type Denial struct {
 // New returns a Middleware configured by cfg, or an error if cfg holds a
 // value that cannot be honoured: a negative count or duration, an invalid
 // Rate, prefix lengths out of range, or a CallerKey with no limit to apply
-// to it.
+// to it. With several such values, the error names the first in the order
+// of Config's fields.
 func New(cfg Config) (*Middleware, error) {
 	m := &Middleware{
 		exempt:         cfg.Exempt,
@@ -140,20 +164,22 @@ func New(cfg Config) (*Middleware, error) {
 		proxies:        make([]netip.Prefix, len(cfg.TrustedProxies)),
 		ipv4Bits:       cmp0(cfg.IPv4Prefix, 32),
 		ipv6Bits:       cmp0(cfg.IPv6Prefix, 64),
-		maxPerClient:   int64(cfg.MaxInFlightPerClient),
 		inflightStatus: cmp0(cfg.InFlightStatus, http.StatusTooManyRequests),
 		headers:        cfg.Headers,
-		policyName:     cfg.PolicyName,
 		deny:           cfg.Deny,
 		logger:         cfg.Logger,
 	}
-	for name, v := range map[string]int64{
-		"MaxInFlight": int64(cfg.MaxInFlight), "QueueWait": int64(cfg.QueueWait), "Timeout": int64(cfg.Timeout),
-		"BusyRetryAfter": int64(cfg.BusyRetryAfter), "Burst": int64(cfg.Burst), "MaxKeys": int64(cfg.MaxKeys),
-		"AddressMultiplier": int64(cfg.AddressMultiplier), "MaxInFlightPerClient": int64(cfg.MaxInFlightPerClient),
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"MaxInFlight", int64(cfg.MaxInFlight)}, {"QueueWait", int64(cfg.QueueWait)}, {"Timeout", int64(cfg.Timeout)},
+		{"BusyRetryAfter", int64(cfg.BusyRetryAfter)}, {"Burst", int64(cfg.Burst)}, {"MaxKeys", int64(cfg.MaxKeys)},
+		{"AddressMultiplier", int64(cfg.AddressMultiplier)}, {"MaxInFlightPerClient", int64(cfg.MaxInFlightPerClient)},
+		{"LimiterTimeout", int64(cfg.LimiterTimeout)},
 	} {
-		if v < 0 {
-			return nil, fmt.Errorf("httplimit: %s must not be negative, got %d", name, v)
+		if f.v < 0 {
+			return nil, fmt.Errorf("httplimit: %s must not be negative, got %d", f.name, f.v)
 		}
 	}
 	if m.ipv4Bits > 32 || m.ipv4Bits < 0 || m.ipv6Bits > 128 || m.ipv6Bits < 0 {
@@ -166,11 +192,11 @@ func New(cfg Config) (*Middleware, error) {
 	if m.busyRetry == 0 {
 		m.busyRetry = time.Second
 	}
-	if m.policyName == "" {
-		m.policyName = "default"
+	policy := cfg.PolicyName
+	if policy == "" {
+		policy = "default"
 	}
-	var ok bool
-	if m.policyItem, ok = sfString(m.policyName); !ok {
+	if _, ok := front.SFString(policy); !ok {
 		return nil, fmt.Errorf("httplimit: PolicyName %q must be printable ASCII", cfg.PolicyName)
 	}
 	for i, p := range cfg.TrustedProxies {
@@ -188,7 +214,7 @@ func New(cfg Config) (*Middleware, error) {
 		m.gate = limits.NewGate(cfg.MaxInFlight)
 	}
 	if cfg.MaxInFlightPerClient > 0 {
-		m.inflight = limits.NewInflight()
+		m.slots = front.NewSlots(cfg.MaxInFlightPerClient, cmp0(cfg.MaxKeys, limits.DefaultMaxKeys))
 	}
 
 	hasRate := cfg.Rate != limits.Limit{}
@@ -197,7 +223,14 @@ func New(cfg Config) (*Middleware, error) {
 			return nil, fmt.Errorf("httplimit: Rate: %w", err)
 		}
 	}
-	local := func(scale int) (Limiter, error) {
+	timeout := cfg.LimiterTimeout
+	if timeout == 0 {
+		timeout = front.DefaultLimiterTimeout
+		if cfg.Timeout > 0 {
+			timeout = min(timeout, cfg.Timeout)
+		}
+	}
+	local := func(scale int) (limits.Limiter, error) {
 		burst := cmp0(cfg.Burst, cfg.Rate.Events)
 		if cfg.Rate.Events > math.MaxInt/scale || burst > math.MaxInt/scale {
 			return nil, fmt.Errorf("httplimit: Rate %v times %d overflows", cfg.Rate, scale)
@@ -207,53 +240,51 @@ func New(cfg Config) (*Middleware, error) {
 		if err != nil {
 			return nil, fmt.Errorf("httplimit: Rate: %w", err)
 		}
-		return Local(g), nil
+		return g, nil
+	}
+	rate := func(name string, l limits.Limiter) *front.Rate {
+		r, err := front.NewRate(name, l, timeout)
+		if err != nil {
+			panic(err) // names are checked above
+		}
+		return r
 	}
 	scale := 1
+	addrPolicy := policy
 	if cfg.CallerKey != nil {
 		scale = cmp0(cfg.AddressMultiplier, DefaultAddressMultiplier)
+		addrPolicy = "address"
+		var l limits.Limiter
 		switch {
 		case cfg.CallerLimiter != nil:
-			m.caller = cfg.CallerLimiter
+			l = cfg.CallerLimiter
 		case hasRate:
 			var err error
-			if m.caller, err = local(1); err != nil {
+			if l, err = local(1); err != nil {
 				return nil, err
 			}
 		default:
 			return nil, errors.New("httplimit: CallerKey needs Rate or CallerLimiter")
 		}
+		m.caller = rate(policy, l)
+		m.keyless = rate(KeylessPolicy, l)
 	}
 	switch {
 	case cfg.Limiter != nil:
-		m.addr = cfg.Limiter
+		m.addr = rate(addrPolicy, cfg.Limiter)
 	case hasRate:
-		var err error
-		if m.addr, err = local(scale); err != nil {
+		l, err := local(scale)
+		if err != nil {
 			return nil, err
 		}
+		m.addr = rate(addrPolicy, l)
 	}
 	return m, nil
 }
 
-// sfString returns s as a Structured Field string (RFC 9651): quoted, with
-// backslash escapes for quotes and backslashes. It reports false if s holds
-// a character such a string cannot: anything but printable ASCII.
-func sfString(s string) (string, bool) {
-	b := make([]byte, 0, len(s)+2)
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c > 0x7e {
-			return "", false
-		}
-		if c == '"' || c == '\\' {
-			b = append(b, '\\')
-		}
-		b = append(b, c)
-	}
-	return string(append(b, '"')), true
-}
+// KeylessPolicy names, in responses, the bucket that requests without a
+// caller key share per client address when Config.CallerKey is set.
+const KeylessPolicy = "keyless"
 
 // cmp0 returns v, or def if v is 0.
 func cmp0(v, def int) int {
@@ -275,14 +306,17 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // not all at one instant.
 func (m *Middleware) Stats() Stats {
 	s := Stats{
-		Exempt:             m.n.exempt.Load(),
-		Allowed:            m.n.allowed.Load(),
-		RateLimited:        m.n.rateLimited.Load(),
-		ServerBusy:         m.n.serverBusy.Load(),
-		RequestTimeout:     m.n.requestTimeout.Load(),
-		LimiterError:       m.n.limiterError.Load(),
-		TableFull:          m.n.tableFull.Load(),
-		ConcurrencyLimited: m.n.concurrencyLimited.Load(),
+		Exempt:               m.n.exempt.Load(),
+		Allowed:              m.n.allowed.Load(),
+		RateLimited:          m.n.rateLimited.Load(),
+		ServerBusy:           m.n.serverBusy.Load(),
+		RequestTimeout:       m.n.requestTimeout.Load(),
+		LimiterError:         m.n.limiterError.Load(),
+		TableFull:            m.n.tableFull.Load(),
+		CostAboveBurst:       m.n.costAboveBurst.Load(),
+		InvalidCost:          m.n.invalidCost.Load(),
+		ConcurrencyLimited:   m.n.concurrencyLimited.Load(),
+		ConcurrencyTableFull: m.n.concurrencyTableFull.Load(),
 	}
 	if m.gate != nil {
 		s.Gate = m.gate.Stats()
@@ -296,7 +330,8 @@ func (m *Middleware) Stats() Stats {
 type request struct {
 	context.Context
 	permit limits.Permit
-	guard  limits.Guard
+	slots  *front.Slots
+	client string // counted in slots, if slots is set
 }
 
 type requestKey struct{}
@@ -312,7 +347,10 @@ func (q *request) Value(key any) any {
 // release gives back everything the request holds.
 func (q *request) release() {
 	q.permit.Release()
-	q.guard.Close()
+	if q.slots != nil {
+		q.slots.Release(q.client)
+		q.slots = nil
+	}
 }
 
 // ReleaseCapacity gives back the place r holds in the Middleware's gate
@@ -335,7 +373,7 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 	var q *request // what the request holds, if any layer makes it hold anything
 	handedOff := false
-	if m.gate != nil || m.inflight != nil || m.timeout > 0 {
+	if m.gate != nil || m.slots != nil || m.timeout > 0 {
 		q = &request{Context: r.Context()}
 		defer func() {
 			if !handedOff {
@@ -361,23 +399,31 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 
 	key := ""
-	if m.addr != nil || m.inflight != nil {
+	if m.addr != nil || m.slots != nil || m.caller != nil {
 		key = m.clientKey(r)
 	}
-	if !m.limit(w, r, key) {
+	var charges [2]front.Charge
+	n, ok := m.limit(w, r, key, &charges)
+	if !ok {
 		return
 	}
-
-	if m.inflight != nil {
-		var n int64
-		q.guard, n = m.inflight.Incr(key, 1)
-		if n > m.maxPerClient {
-			m.n.concurrencyLimited.Add(1)
-			m.refuse(w, r, key, Denial{Status: m.inflightStatus, Reason: ReasonConcurrencyLimited, RetryAfter: m.busyRetry})
+	if m.slots != nil {
+		if reason := m.slots.Acquire(key); reason != "" {
+			m.refund(r, charges[:n])
+			status := m.inflightStatus
+			if reason == ReasonConcurrencyTableFull {
+				m.n.concurrencyTableFull.Add(1)
+				status = http.StatusServiceUnavailable
+			} else {
+				m.n.concurrencyLimited.Add(1)
+			}
+			m.refuse(w, r, key, Denial{Status: status, Reason: reason, RetryAfter: m.busyRetry})
 			return
 		}
+		q.slots, q.client = m.slots, key
 	}
 
+	m.setRateHeaders(w.Header(), charges[:n])
 	m.n.allowed.Add(1)
 	if m.timeout > 0 {
 		handedOff = true
@@ -387,51 +433,47 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	next.ServeHTTP(w, r)
 }
 
-// limit applies the rate layer: the caller key's bucket first, so that a
-// caller refused there does not also drain its address, then the address
-// bucket, always. It writes the refusal and returns false if either
-// refuses; otherwise it sets the rate limit headers.
-func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, addrKey string) bool {
-	var decs [2]limits.Decision
-	var names [2]string
+// limit applies the rate layer: the address bucket first, as the client
+// cannot choose it, then the caller key's bucket (or, for a request
+// without one, the bucket keyless requests share per address). It records
+// what each charged in charges and returns how many did. If either
+// refuses, it gives back what the other charged, writes the refusal and
+// returns false.
+func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, addrKey string, charges *[2]front.Charge) (int, bool) {
 	n := 0
-	if m.caller != nil {
-		names[n] = m.policyItem
-		ok, decided := m.decide(w, r, m.caller, callerBucket(m.callerKey(r), addrKey), m.policyName, names[n], &decs[n])
-		if decided {
-			n++
-		}
-		if !ok {
-			return false
-		}
-	}
 	if m.addr != nil {
-		policy, item := m.policyName, m.policyItem
-		if m.caller != nil {
-			policy, item = "address", `"address"`
+		c, ok := m.take(w, r, m.addr, addrKey, charges[:n])
+		if !ok {
+			return 0, false
 		}
-		names[n] = item
-		ok, decided := m.decide(w, r, m.addr, addrKey, policy, item, &decs[n])
-		if decided {
+		if c.Rate != nil {
+			charges[n] = c
 			n++
 		}
+	}
+	if m.caller != nil {
+		rate, key := m.caller, ""
+		if ck := m.callerKey(r); ck != "" {
+			key = callerBucket(ck)
+		} else {
+			rate, key = m.keyless, "n:"+addrKey
+		}
+		c, ok := m.take(w, r, rate, key, charges[:n])
 		if !ok {
-			return false
+			return 0, false
+		}
+		if c.Rate != nil {
+			charges[n] = c
+			n++
 		}
 	}
-	m.setRateHeaders(w.Header(), decs[:n], names[:n])
-	return true
+	return n, true
 }
 
-// callerBucket returns the caller bucket's key for a request: a hash of its
-// caller key, so that session tokens and API keys never reach a limiter (or
-// a shared store) in clear, and their length is fixed; or, for a request
-// without one, its address key, so that leaving the key out does not earn
-// the address bucket's larger limit.
-func callerBucket(callerKey, addrKey string) string {
-	if callerKey == "" {
-		return "n:" + addrKey
-	}
+// callerBucket returns the caller bucket's key for a caller key: a hash of
+// it, so that session tokens and API keys never reach a limiter (or a
+// shared store) in clear, and their length is fixed.
+func callerBucket(callerKey string) string {
 	sum := sha256.Sum256([]byte(callerKey))
 	var buf [2 + 2*16]byte
 	copy(buf[:], "c:")
@@ -439,39 +481,65 @@ func callerBucket(callerKey, addrKey string) string {
 	return string(buf[:])
 }
 
-// decide asks l about a request for key, stores its Decision in *d and
-// reports whether the request may go on and whether l decided (rather than
-// failed). It writes the refusal, with the headers of the bucket's policy,
-// named plainly (policy) and as a header item (item).
-func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, l Limiter, key, policy, item string, d *limits.Decision) (ok, decided bool) {
-	dec, err := l.AllowN(r.Context(), key, 1)
+// take asks rate's limiter about the request for key. If it allows, take
+// returns what it charged (nothing, with a nil Rate, when the limiter
+// failed and the policy is FailOpen) and true. If it refuses or fails and
+// the policy is FailClosed, take gives back the earlier charges, writes
+// the refusal and returns false.
+func (m *Middleware) take(w http.ResponseWriter, r *http.Request, rate *front.Rate, key string, earlier []front.Charge) (front.Charge, bool) {
+	d, err := rate.Take(r.Context(), key, 1)
 	if err != nil {
 		m.n.limiterError.Add(1)
 		if m.onError == FailOpen {
 			m.log(r, "httplimit: limiter failed; request served", ReasonLimiterError, key, err)
-			return true, false
+			return front.Charge{}, true
 		}
+		m.refund(r, earlier)
 		m.refuse(w, r, key, Denial{Status: http.StatusServiceUnavailable, Reason: ReasonLimiterError, RetryAfter: m.busyRetry, Err: err})
-		return false, false
+		return front.Charge{}, false
 	}
-	*d = dec
-	if dec.Allowed {
-		return true, true
+	if d.Allowed {
+		return front.Charge{Rate: rate, Key: key, Dec: d}, true
 	}
-	refused := dec // a copy for the Denial, made only on this path
-	den := Denial{Status: http.StatusTooManyRequests, Reason: ReasonRateLimited, RetryAfter: ceilSecond(dec.RetryAfter), Decision: &refused, Policy: policy}
-	if dec.Reason == limits.ReasonTableFull {
-		m.n.tableFull.Add(1)
-		den.Status, den.Reason = http.StatusServiceUnavailable, ReasonTableFull
-	} else {
+	m.refund(r, earlier)
+	refused := d // a copy for the Denial, made only on this path
+	den := Denial{Reason: front.ReasonOf(d), Decision: &refused, Policy: rate.Name}
+	switch den.Reason {
+	case ReasonRateLimited:
 		m.n.rateLimited.Add(1)
+		den.Status, den.RetryAfter = http.StatusTooManyRequests, ceilSecond(d.RetryAfter)
+		if den.RetryAfter == 0 {
+			den.RetryAfter = time.Second // a limiter's refusal with no wait: never 0
+		}
+	case ReasonTableFull:
+		m.n.tableFull.Add(1)
+		den.Status, den.RetryAfter = http.StatusServiceUnavailable, m.busyRetry
+	case ReasonCostAboveBurst:
+		m.n.costAboveBurst.Add(1)
+		den.Status = http.StatusTooManyRequests
+	case ReasonInvalidCost:
+		m.n.invalidCost.Add(1)
+		den.Status = http.StatusInternalServerError
+	default: // unavailable, from a limiter that said so without an error
+		m.n.limiterError.Add(1)
+		den.Status, den.RetryAfter = http.StatusServiceUnavailable, m.busyRetry
 	}
-	if den.RetryAfter == 0 {
-		den.RetryAfter = m.busyRetry
-	}
-	m.setRateHeaders(w.Header(), []limits.Decision{dec}, []string{item})
+	m.setRefusalHeaders(w.Header(), rate, d, den.Reason)
 	m.refuse(w, r, key, den)
-	return false, true
+	return front.Charge{}, false
+}
+
+// refund gives back what charges charged, latest first. It runs even if
+// the client has gone, within each limiter's timeout; a refund that fails
+// leaves the charge in place.
+func (m *Middleware) refund(r *http.Request, charges []front.Charge) {
+	ctx := context.WithoutCancel(r.Context())
+	for i := len(charges) - 1; i >= 0; i-- {
+		c := charges[i]
+		if err := c.Rate.Refund(ctx, c.Key, c.Dec); err != nil {
+			m.log(r, "httplimit: refund failed; the charge stays", ReasonLimiterError, c.Key, err)
+		}
+	}
 }
 
 // ceilSecond rounds d up to a whole second; a negative d is 0.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/internal/front"
 )
 
 // problem is an RFC 9457 problem details object, with the reason code as an
@@ -29,18 +30,23 @@ type problem struct {
 const quotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
 var details = map[string]string{
-	ReasonRateLimited:        "Too many requests from this client; retry after the time given.",
-	ReasonServerBusy:         "The server is at capacity; retry after the time given.",
-	ReasonRequestTimeout:     "The request took longer than the server allows.",
-	ReasonLimiterError:       "The rate limiter could not decide; retry after the time given.",
-	ReasonTableFull:          "The server is tracking as many clients as it can; retry after the time given.",
-	ReasonConcurrencyLimited: "Too many requests from this client in progress at once.",
+	ReasonRateLimited:          "Too many requests from this client; retry after the time given.",
+	ReasonServerBusy:           "The server is at capacity; retry after the time given.",
+	ReasonRequestTimeout:       "The request took longer than the server allows.",
+	ReasonLimiterError:         "The rate limiter could not decide; retry after the time given.",
+	ReasonTableFull:            "The server is tracking as many clients as it can; retry after the time given.",
+	ReasonCostAboveBurst:       "The request costs more than this client may ever spend at once; retrying will not help.",
+	ReasonInvalidCost:          "The server gave the request an invalid cost.",
+	ReasonConcurrencyLimited:   "Too many requests from this client in progress at once.",
+	ReasonConcurrencyTableFull: "Too many clients have requests in progress; retry after the time given.",
 }
 
-// refuse counts nothing: it sets Retry-After, logs the refusal and writes
-// the response, with Config.Deny if set.
+// refuse counts nothing: it sets Retry-After (unless d has none), logs the
+// refusal and writes the response, with Config.Deny if set.
 func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, key string, d Denial) {
-	w.Header().Set("Retry-After", strconv.FormatInt(seconds(d.RetryAfter), 10))
+	if d.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(seconds(d.RetryAfter), 10))
+	}
 	m.log(r, "httplimit: request refused", d.Reason, key, d.Err)
 	if m.deny != nil {
 		m.deny(w, r, d)
@@ -53,7 +59,7 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, key string, 
 		Detail: details[d.Reason],
 		Reason: d.Reason,
 	}
-	if d.Reason == ReasonRateLimited && d.Status == http.StatusTooManyRequests {
+	if (d.Reason == ReasonRateLimited || d.Reason == ReasonCostAboveBurst) && d.Status == http.StatusTooManyRequests {
 		p.Type = quotaExceeded
 		p.Title = "Quota Exceeded"
 		p.Violated = []string{d.Policy}
@@ -67,19 +73,54 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, key string, 
 	w.Write(body)
 }
 
-// setRateHeaders sets the rate limit headers of the selected mode for the
-// decisions of the buckets named (names quoted).
-//
-// In the IETF fields, q is the policy's Limit and w its Period in whole
-// seconds (rounded up; at least 1). r is the requests left now, and t the
-// seconds until the bucket is full again for an allowed request, or until
-// the refused one would be allowed (RetryAfter), so that Retry-After and t
-// agree. The legacy headers report the bucket with the fewest requests
-// left.
-func (m *Middleware) setRateHeaders(h http.Header, decs []limits.Decision, names []string) {
-	if len(decs) == 0 || m.headers == HeadersNone {
+// rateItem is one policy's entry in the rate limit header fields: its
+// quoted name, its Decision, and whether to report the key's state (r and
+// t) and with which t.
+type rateItem struct {
+	name  string
+	d     limits.Decision
+	state bool
+	t     time.Duration
+}
+
+// setRateHeaders sets the rate limit headers of the selected mode for an
+// allowed request, with the decisions of every policy that charged it: t
+// is the time until each bucket is full again.
+func (m *Middleware) setRateHeaders(h http.Header, charges []front.Charge) {
+	if len(charges) == 0 || m.headers == HeadersNone {
 		return
 	}
+	var buf [4]rateItem
+	items := buf[:0]
+	for _, c := range charges {
+		items = append(items, rateItem{name: c.Rate.Item, d: c.Dec, state: true, t: c.Dec.ResetAfter})
+	}
+	m.writeRateHeaders(h, items)
+}
+
+// setRefusalHeaders sets the rate limit headers for a request refused by
+// rate with Decision d, for the given reason: the refusing policy only,
+// with t the wait Retry-After gives for rate_limited, the time until the
+// bucket is full again for refusals waiting cannot cure, and no state for
+// a refusal that knows none (a full table, an unavailable limiter).
+func (m *Middleware) setRefusalHeaders(h http.Header, rate *front.Rate, d limits.Decision, reason string) {
+	if m.headers == HeadersNone || reason == ReasonLimiterError {
+		return
+	}
+	it := rateItem{name: rate.Item, d: d, state: reason != ReasonTableFull, t: d.ResetAfter}
+	if reason == ReasonRateLimited {
+		it.t = d.RetryAfter
+	}
+	m.writeRateHeaders(h, []rateItem{it})
+}
+
+// writeRateHeaders sets the header fields of the selected mode for items.
+//
+// In the IETF fields, q is the policy's Limit and w its Period in whole
+// seconds (rounded up; at least 1), r the requests left and t the item's
+// t in whole seconds, rounded up. The legacy headers report the item with
+// the fewest requests left.
+func (m *Middleware) writeRateHeaders(h http.Header, items []rateItem) {
 	// Every value is built in one buffer and cut from one string.
 	var buf [256]byte
 	b := buf[:0]
@@ -87,26 +128,32 @@ func (m *Middleware) setRateHeaders(h http.Header, decs []limits.Decision, names
 	var keys [5]string
 	nv := 0
 	if m.headers != HeadersLegacy {
-		b = appendItems(b, decs, names, false)
+		b = appendItems(b, items, false)
 		ends[nv], keys[nv] = len(b), "Ratelimit-Policy"
-		b = appendItems(b, decs, names, true)
-		ends[nv+1], keys[nv+1] = len(b), "Ratelimit"
-		nv += 2
+		nv++
+		if items[0].state {
+			b = appendItems(b, items, true)
+			ends[nv], keys[nv] = len(b), "Ratelimit"
+			nv++
+		}
 	}
 	if m.headers == HeadersIETFAndLegacy || m.headers == HeadersLegacy {
-		d := decs[0]
-		for _, e := range decs[1:] {
-			if e.Remaining < d.Remaining {
-				d = e
+		it := items[0]
+		for _, e := range items[1:] {
+			if e.d.Remaining < it.d.Remaining {
+				it = e
 			}
 		}
-		b = strconv.AppendInt(b, int64(d.Limit), 10)
+		b = strconv.AppendInt(b, int64(it.d.Limit), 10)
 		ends[nv], keys[nv] = len(b), "X-Ratelimit-Limit"
-		b = strconv.AppendInt(b, int64(d.Remaining), 10)
-		ends[nv+1], keys[nv+1] = len(b), "X-Ratelimit-Remaining"
-		b = strconv.AppendInt(b, seconds(resetIn(d)), 10)
-		ends[nv+2], keys[nv+2] = len(b), "X-Ratelimit-Reset"
-		nv += 3
+		nv++
+		if it.state {
+			b = strconv.AppendInt(b, int64(it.d.Remaining), 10)
+			ends[nv], keys[nv] = len(b), "X-Ratelimit-Remaining"
+			b = strconv.AppendInt(b, seconds(it.t), 10)
+			ends[nv+1], keys[nv+1] = len(b), "X-Ratelimit-Reset"
+			nv += 2
+		}
 	}
 	all := string(b)
 	vals := make([]string, nv)
@@ -118,36 +165,27 @@ func (m *Middleware) setRateHeaders(h http.Header, decs []limits.Decision, names
 	}
 }
 
-// appendItems appends one Structured Field list item per decision, named
-// by names: with the policy's q and w parameters, or with state, the
-// current r and t.
-func appendItems(b []byte, decs []limits.Decision, names []string, state bool) []byte {
-	for i, d := range decs {
+// appendItems appends one Structured Field list item per policy: with the
+// policy's q and w parameters, or with state, the current r and t.
+func appendItems(b []byte, items []rateItem, state bool) []byte {
+	for i, it := range items {
 		if i > 0 {
 			b = append(b, ", "...)
 		}
-		b = append(b, names[i]...)
+		b = append(b, it.name...)
 		if state {
 			b = append(b, ";r="...)
-			b = strconv.AppendInt(b, int64(d.Remaining), 10)
+			b = strconv.AppendInt(b, int64(it.d.Remaining), 10)
 			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, seconds(resetIn(d)), 10)
+			b = strconv.AppendInt(b, seconds(it.t), 10)
 		} else {
 			b = append(b, ";q="...)
-			b = strconv.AppendInt(b, int64(d.Limit), 10)
+			b = strconv.AppendInt(b, int64(it.d.Limit), 10)
 			b = append(b, ";w="...)
-			b = strconv.AppendInt(b, max(1, seconds(d.Period)), 10)
+			b = strconv.AppendInt(b, max(1, seconds(it.d.Period)), 10)
 		}
 	}
 	return b
-}
-
-// resetIn is the time the t parameter reports for d.
-func resetIn(d limits.Decision) time.Duration {
-	if d.Allowed {
-		return d.ResetAfter
-	}
-	return d.RetryAfter
 }
 
 // seconds returns d in whole seconds, rounded up.

@@ -1,15 +1,16 @@
 // Package limitertest is the conformance suite for limiters that implement
-// httplimit.Limiter with the semantics of limits.GCRA: the local one
-// (httplimit.Local) and the Redis one (package redislimit) run the same
-// table, so their decisions agree.
+// limits.Limiter with the semantics of limits.GCRA: the local one and the
+// Redis one (package redislimit) run the same table, so their decisions
+// and refunds agree.
 //
 // The suite runs on real time, since a limiter such as the Redis one keeps
 // its own clock. Most cases use periods so long that the milliseconds a test
 // takes cannot change a decision, and compare durations with the truth up to
 // the time the case has taken so far plus the limiter's clock granularity,
 // both measured, never guessed. Identities that hold whatever the time
-// (Remaining and RetryAfter from ResetAfter, the emission interval's
-// rounding) are checked exactly on every decision.
+// (Remaining and RetryAfter from ResetAfter, with the emission interval
+// kept exactly as a fraction of a nanosecond) are checked on every
+// decision.
 package limitertest
 
 import (
@@ -23,12 +24,12 @@ import (
 	"time"
 
 	"github.com/limitsgo/limits"
-	"github.com/limitsgo/limits/httplimit"
+	"github.com/limitsgo/limits/internal/gcra"
 )
 
 // Factory returns a limiter with no state yet, allowing each key limit
 // events per period in bursts of at most burst.
-type Factory func(t *testing.T, limit int, period time.Duration, burst int) httplimit.Limiter
+type Factory func(t *testing.T, limit int, period time.Duration, burst int) limits.Limiter
 
 // Run runs the suite against the limiters newLimiter makes, as subtests of
 // t. granularity is the step of the limiter's clock: 0 for one that reads
@@ -38,46 +39,65 @@ func Run(t *testing.T, granularity time.Duration, newLimiter Factory) {
 	t.Run("AgainstModel", func(t *testing.T) { testAgainstModel(t, granularity, newLimiter) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, newLimiter) })
 	t.Run("Recovery", func(t *testing.T) { testRecovery(t, granularity, newLimiter) })
+	t.Run("Refund", func(t *testing.T) { testRefund(t, granularity, newLimiter) })
 }
 
-// policy is a limiter's configuration, with T and d = burst*T computed as
-// limits.GCRA does.
+// policy is a limiter's configuration, with its arithmetic.
 type policy struct {
 	limit  int
 	period time.Duration
 	burst  int
-	t, d   int64
+	p      gcra.Policy
 }
 
 func newPolicy(limit int, period time.Duration, burst int) policy {
-	t := int64(period) / int64(limit)
-	if int64(period)%int64(limit) != 0 {
-		t++
+	p, err := gcra.New(limit, period, burst)
+	if err != nil {
+		panic(err)
 	}
-	return policy{limit: limit, period: period, burst: burst, t: t, d: t * int64(burst)}
+	return policy{limit: limit, period: period, burst: burst, p: p}
+}
+
+// times returns k*T in nanoseconds, rounded up.
+func (p policy) times(k int64) int64 {
+	return gcra.Ceil(p.p.Cost(int(k)))
 }
 
 // checkIdentities checks what must hold of any decision on a request of
-// cost n, whatever the time.
+// cost n, whatever the time. ResetAfter is the key's lead rounded up to
+// the nanosecond, so the exact lead lies in (ResetAfter-1ns, ResetAfter],
+// and Remaining and RetryAfter must be what one of those leads gives.
 func (p policy) checkIdentities(t *testing.T, what string, n int, d limits.Decision) {
 	t.Helper()
-	if d.Limit != p.limit || d.Period != p.period || d.Burst != p.burst {
-		t.Errorf("%s: policy %d/%v burst %d, want %d/%v burst %d", what, d.Limit, d.Period, d.Burst, p.limit, p.period, p.burst)
+	if d.Limit != p.limit || d.Period != p.period || d.Burst != p.burst || d.Cost != n {
+		t.Errorf("%s: policy %d/%v burst %d cost %d, want %d/%v burst %d cost %d", what, d.Limit, d.Period, d.Burst, d.Cost, p.limit, p.period, p.burst, n)
 	}
 	if d.Allowed != (d.Reason == limits.ReasonAllowed) {
 		t.Errorf("%s: Allowed %v with Reason %v", what, d.Allowed, d.Reason)
 	}
-	if d.ResetAfter < 0 || int64(d.ResetAfter) > p.d {
-		t.Errorf("%s: ResetAfter %v outside [0, burst*T = %v]", what, d.ResetAfter, time.Duration(p.d))
+	if d.At.IsZero() || time.Until(d.At).Abs() > time.Minute {
+		t.Errorf("%s: At %v is not the time of the decision", what, d.At)
 	}
-	if want := int((p.d - int64(d.ResetAfter)) / p.t); d.Remaining != want {
-		t.Errorf("%s: Remaining %d, want %d from ResetAfter %v and T %v", what, d.Remaining, want, d.ResetAfter, time.Duration(p.t))
+	if d.ResetAfter < 0 || int64(d.ResetAfter) > gcra.Ceil(p.p.D) {
+		t.Errorf("%s: ResetAfter %v outside [0, burst*T = %v]", what, d.ResetAfter, time.Duration(gcra.Ceil(p.p.D)))
+	}
+	hi := gcra.Time{NS: int64(d.ResetAfter)}
+	lo := hi
+	if p.p.Den > 1 && hi.NS > 0 {
+		lo = gcra.Time{NS: hi.NS - 1, Frac: 1}
+	}
+	cost := n
+	if n < 0 || n > p.burst {
+		cost = 0
+	}
+	rh, rl := p.p.Report(false, hi, cost), p.p.Report(false, lo, cost)
+	if d.Remaining != rh.Remaining && d.Remaining != rl.Remaining {
+		t.Errorf("%s: Remaining %d, want %d from ResetAfter %v and T %v", what, d.Remaining, rh.Remaining, d.ResetAfter, p.p.T)
 	}
 	if d.Reason == limits.ReasonRateLimited {
-		// The request is allowed once the TAT, now ResetAfter ahead, has
-		// come within d - n*T of now.
-		if want := time.Duration(int64(d.ResetAfter) + int64(n)*p.t - p.d); d.RetryAfter != want || want <= 0 {
-			t.Errorf("%s: RetryAfter %v, want %v from ResetAfter %v, T %v and burst %d", what, d.RetryAfter, want, d.ResetAfter, time.Duration(p.t), p.burst)
+		// The request is allowed once the lead has come within D - n*T.
+		if d.RetryAfter <= 0 || d.RetryAfter < rl.RetryAfter || d.RetryAfter > rh.RetryAfter {
+			t.Errorf("%s: RetryAfter %v, want %v from ResetAfter %v, T %v and burst %d", what, d.RetryAfter, rh.RetryAfter, d.ResetAfter, p.p.T, p.burst)
 		}
 	} else if d.RetryAfter != 0 {
 		t.Errorf("%s: RetryAfter %v with Reason %v", what, d.RetryAfter, d.Reason)
@@ -118,13 +138,11 @@ const (
 var longKey = strings.Repeat("k", 1000)
 
 var sequences = []struct {
-	name          string
-	limit         int
-	period        time.Duration
-	burst         int
-	steps         []step
-	wantT         time.Duration
-	checkExactlyT bool
+	name   string
+	limit  int
+	period time.Duration
+	burst  int
+	steps  []step
 }{
 	{
 		name: "burst then refuse", limit: 10, period: time.Hour, burst: 3,
@@ -174,10 +192,17 @@ var sequences = []struct {
 		},
 	},
 	{
-		// 3600s/7 is not a whole number of nanoseconds: T is rounded up.
-		name: "emission interval rounded up", limit: 7, period: time.Hour, burst: 2,
-		wantT: 514285714286, checkExactlyT: true,
-		steps: []step{ok("k", 1, 1, 1), ok("k", 1, 0, 2), limited("k", 1, 0, 1, 2)},
+		// 3600s/7 is not a whole number of nanoseconds: T is kept exactly,
+		// so that all 7 pass at once, and the whole burst takes exactly an
+		// hour to come back.
+		name: "seven an hour", limit: 7, period: time.Hour, burst: 7,
+		steps: []step{
+			ok("k", 1, 6, 1), ok("k", 5, 1, 6), ok("k", 1, 0, 7), limited("k", 1, 0, 1, 7), limited("k", 7, 0, 7, 7),
+		},
+	},
+	{
+		name: "three in ten seconds", limit: 3, period: 10 * time.Second, burst: 3,
+		steps: []step{ok("k", 3, 0, 3)},
 	},
 	{
 		name: "full burst at once", limit: 1000, period: time.Hour, burst: 1000,
@@ -198,9 +223,8 @@ var sequences = []struct {
 		steps: []step{ok("k", 999, 1, 999), ok("k", 1, 0, 1000), limited("k", 7, 0, 7, 1000)},
 	},
 	{
-		// 3.5ns rounded up: T below the microsecond of Redis's clock.
-		name: "four nanoseconds", limit: 1_000_000_000, period: 3500 * time.Millisecond, burst: 3,
-		wantT: 4, checkExactlyT: true,
+		// T is 3.5ns exactly, below the microsecond of Redis's clock.
+		name: "three and a half nanoseconds", limit: 1_000_000_000, period: 3500 * time.Millisecond, burst: 3,
 		steps: []step{ok("k", 3, 0, 3)},
 	},
 	{
@@ -218,15 +242,12 @@ func testSequences(t *testing.T, granularity time.Duration, newLimiter Factory) 
 	for _, seq := range sequences {
 		t.Run(seq.name, func(t *testing.T) {
 			p := newPolicy(seq.limit, seq.period, seq.burst)
-			if seq.checkExactlyT && time.Duration(p.t) != seq.wantT {
-				t.Fatalf("the suite computes T = %v, want %v", time.Duration(p.t), seq.wantT)
-			}
 			l := newLimiter(t, seq.limit, seq.period, seq.burst)
 			start := time.Now()
 			for i, s := range seq.steps {
-				d, err := l.AllowN(ctx, s.key, s.n)
+				d, err := l.Take(ctx, s.key, s.n)
 				slack := time.Since(start) + granularity
-				what := fmt.Sprintf("step %d: AllowN(%.20q, %d)", i, s.key, s.n)
+				what := fmt.Sprintf("step %d: Take(%.20q, %d)", i, s.key, s.n)
 				if err != nil {
 					t.Fatalf("%s: %v", what, err)
 				}
@@ -234,8 +255,8 @@ func testSequences(t *testing.T, granularity time.Duration, newLimiter Factory) 
 				if d.Allowed != s.allowed || d.Reason != s.reason || d.Remaining != s.remaining {
 					t.Errorf("%s: %+v, want allowed %v, reason %v, remaining %d", what, d, s.allowed, s.reason, s.remaining)
 				}
-				checkNear(t, what+": RetryAfter", d.RetryAfter, s.retry*p.t, slack)
-				checkNear(t, what+": ResetAfter", d.ResetAfter, s.reset*p.t, slack)
+				checkNear(t, what+": RetryAfter", d.RetryAfter, p.times(s.retry), slack)
+				checkNear(t, what+": ResetAfter", d.ResetAfter, p.times(s.reset), slack)
 			}
 		})
 	}
@@ -264,13 +285,25 @@ func testAgainstModel(t *testing.T, granularity time.Duration, newLimiter Factor
 		p := newPolicy(limit, 1000*time.Hour, burst)
 		l := newLimiter(t, p.limit, p.period, p.burst)
 		used := map[string]int{}
+		var last limits.Decision
+		lastKey := ""
 		start := time.Now()
 		for i := range 150 {
 			key := fmt.Sprintf("key-%d", rng.IntN(4))
 			n := rng.IntN(burst+3) - 1
-			d, err := l.AllowN(ctx, key, n)
+			if rng.IntN(6) == 0 && lastKey != "" {
+				// Give the latest allowed charge back: no time has passed
+				// for a key this slow, so all of it comes back.
+				if err := l.Refund(ctx, lastKey, last); err != nil {
+					t.Fatalf("seed %d request %d: Refund: %v", seed, i, err)
+				}
+				used[lastKey] -= last.Cost
+				lastKey = ""
+				continue
+			}
+			d, err := l.Take(ctx, key, n)
 			slack := time.Since(start) + granularity
-			what := fmt.Sprintf("seed %d request %d: AllowN(%s, %d) with %d of %d used", seed, i, key, n, used[key], burst)
+			what := fmt.Sprintf("seed %d request %d: Take(%s, %d) with %d of %d used", seed, i, key, n, used[key], burst)
 			if err != nil {
 				t.Fatalf("%s: %v", what, err)
 			}
@@ -285,13 +318,16 @@ func testAgainstModel(t *testing.T, granularity time.Duration, newLimiter Factor
 				want = step{reason: limits.ReasonRateLimited, retry: int64(used[key] + n - burst)}
 			default:
 				used[key] += n
+				if n > 0 {
+					last, lastKey = d, key
+				}
 			}
 			want.remaining = burst - used[key]
 			if d.Allowed != want.allowed || d.Reason != want.reason || d.Remaining != want.remaining {
 				t.Fatalf("%s: %+v, want allowed %v, reason %v, remaining %d", what, d, want.allowed, want.reason, want.remaining)
 			}
-			checkNear(t, what+": RetryAfter", d.RetryAfter, want.retry*p.t, slack)
-			checkNear(t, what+": ResetAfter", d.ResetAfter, int64(used[key])*p.t, slack)
+			checkNear(t, what+": RetryAfter", d.RetryAfter, p.times(want.retry), slack)
+			checkNear(t, what+": ResetAfter", d.ResetAfter, p.times(int64(used[key])), slack)
 		}
 	}
 }
@@ -308,7 +344,7 @@ func testConcurrent(t *testing.T, newLimiter Factory) {
 	for range workers {
 		wg.Go(func() {
 			for range each {
-				d, err := l.AllowN(context.Background(), "hot", 1)
+				d, err := l.Take(context.Background(), "hot", 1)
 				if err != nil {
 					t.Error(err)
 					return
@@ -343,11 +379,11 @@ func testRecovery(t *testing.T, granularity time.Duration, newLimiter Factory) {
 	l := newLimiter(t, p.limit, p.period, p.burst)
 	allow := func(n int) limits.Decision {
 		t.Helper()
-		d, err := l.AllowN(ctx, "k", n)
+		d, err := l.Take(ctx, "k", n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.checkIdentities(t, fmt.Sprintf("AllowN(k, %d)", n), n, d)
+		p.checkIdentities(t, fmt.Sprintf("Take(k, %d)", n), n, d)
 		return d
 	}
 	allow(1)
@@ -355,14 +391,84 @@ func testRecovery(t *testing.T, granularity time.Duration, newLimiter Factory) {
 	if d := allow(2); d.Reason == limits.ReasonRateLimited {
 		time.Sleep(d.RetryAfter + granularity)
 		if d := allow(2); !d.Allowed {
-			t.Fatalf("AllowN(k, 2) after RetryAfter: %+v", d)
+			t.Fatalf("Take(k, 2) after RetryAfter: %+v", d)
 		}
 	} else {
-		t.Logf("AllowN(k, 2) allowed at once, %v after the first request: RetryAfter not exercised", time.Since(start))
+		t.Logf("Take(k, 2) allowed at once, %v after the first request: RetryAfter not exercised", time.Since(start))
 	}
 	d := allow(0)
 	time.Sleep(d.ResetAfter + granularity)
 	if d := allow(0); d.Remaining != p.burst || d.ResetAfter != 0 {
 		t.Errorf("after ResetAfter: %+v, want the full burst", d)
+	}
+}
+
+// testRefund checks that a refund gives a charge back: all of it when
+// nothing came in between, none of a refusal or of a cost of 0, and never
+// more than the key owes from the charge.
+func testRefund(t *testing.T, granularity time.Duration, newLimiter Factory) {
+	ctx := context.Background()
+	p := newPolicy(7, 1000*time.Hour, 5) // no key recovers anything during the test
+	l := newLimiter(t, p.limit, p.period, p.burst)
+	take := func(key string, n int) limits.Decision {
+		t.Helper()
+		d, err := l.Take(ctx, key, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.checkIdentities(t, fmt.Sprintf("Take(%s, %d)", key, n), n, d)
+		return d
+	}
+	refund := func(key string, d limits.Decision) {
+		t.Helper()
+		if err := l.Refund(ctx, key, d); err != nil {
+			t.Fatalf("Refund(%s, %+v): %v", key, d, err)
+		}
+	}
+	take("a", 2)
+	d := take("a", 3)
+	refund("a", d)
+	if d := take("a", 0); d.Remaining != 3 {
+		t.Errorf("after a charge of 3 and its refund: %+v, want 3 remaining", d)
+	}
+	// A refusal and a cost of 0 give nothing back.
+	refund("a", take("a", 4))
+	refund("a", take("a", 0))
+	if d := take("a", 0); d.Remaining != 3 {
+		t.Errorf("after refunding a refusal and a cost of 0: %+v, want 3 remaining", d)
+	}
+	// Charges made after the one refunded stay charged.
+	first := take("b", 2)
+	take("b", 2)
+	refund("b", first)
+	if d := take("b", 0); d.Remaining != 3 {
+		t.Errorf("after refunding the first of two charges: %+v, want 3 remaining", d)
+	}
+	// A key never charged gains nothing from a refund.
+	refund("c", first)
+	if d := take("c", 5); !d.Allowed {
+		t.Errorf("a fresh key after a stray refund: %+v", d)
+	}
+	if d := take("c", 1); d.Allowed {
+		t.Errorf("a stray refund credited a fresh key: %+v", d)
+	}
+	// A unit limit that recovers quickly: a charge whose time has passed
+	// is owed no more, and its refund gives back nothing.
+	q := newPolicy(1000, time.Second, 1) // T = 1ms
+	f := newLimiter(t, q.limit, q.period, q.burst)
+	d1, err := f.Take(ctx, "k", 1)
+	if err != nil || !d1.Allowed {
+		t.Fatalf("Take: %+v, %v", d1, err)
+	}
+	time.Sleep(2*time.Millisecond + granularity)
+	d2, err := f.Take(ctx, "k", 1)
+	if err != nil || !d2.Allowed {
+		t.Fatalf("Take after 2ms: %+v, %v", d2, err)
+	}
+	if err := f.Refund(ctx, "k", d1); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := f.Take(ctx, "k", 1); err != nil || d.Allowed && time.Since(d2.At) < time.Duration(q.times(1))-granularity {
+		t.Errorf("a late refund of an old charge let a request through: %+v, %v", d, err)
 	}
 }

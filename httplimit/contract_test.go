@@ -1,0 +1,287 @@
+package httplimit
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/limitsgo/limits"
+)
+
+// serve sends one GET for path from the client address remote, with header
+// name-value pairs, straight to h.
+func serve(h http.Handler, remote, path string, header ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodGet, path, nil)
+	r.RemoteAddr = remote
+	for i := 0; i+1 < len(header); i += 2 {
+		r.Header.Add(header[i], header[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// problemOf decodes a refusal's problem body.
+func problemOf(t *testing.T, w *httptest.ResponseRecorder) problem {
+	t.Helper()
+	var p problem
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+		t.Fatalf("body %q: %v", w.Body.String(), err)
+	}
+	return p
+}
+
+// TestSessionRotationFloodKeepsTable has one address send a new session
+// cookie with every request, far past its address limit, and checks that
+// it cannot fill the caller-key table: a new user elsewhere is still
+// served, and the table holds no more keys than the address was allowed.
+func TestSessionRotationFloodKeepsTable(t *testing.T) {
+	m := mustNew(t, Config{
+		Rate:      limits.Limit{Events: 1, Period: time.Minute},
+		CallerKey: CookieKey("s"),
+		MaxKeys:   20,
+	})
+	h := m.Handler(ok)
+	served := 0
+	for i := range 500 {
+		if w := serve(h, "203.0.113.9:4000", "/", "Cookie", fmt.Sprintf("s=rot%d", i)); w.Code == 200 {
+			served++
+		}
+	}
+	if served != DefaultAddressMultiplier {
+		t.Errorf("rotating address: %d served, want its address allowance %d", served, DefaultAddressMultiplier)
+	}
+	for i := range 5 {
+		w := serve(h, fmt.Sprintf("192.0.2.%d:1000", 10+i), "/", "Cookie", fmt.Sprintf("s=new%d", i))
+		if w.Code != 200 {
+			t.Errorf("new user %d after the flood: %d %s", i, w.Code, w.Body.String())
+		}
+	}
+}
+
+// TestAddressRefusalLeavesSessionWhole exhausts an address with other
+// sessions, then sends a session's request from it: refused by the
+// address bucket, it must not have spent the session's own bucket.
+func TestAddressRefusalLeavesSessionWhole(t *testing.T) {
+	m := mustNew(t, Config{
+		Rate:              limits.Limit{Events: 2, Period: time.Hour},
+		CallerKey:         CookieKey("s"),
+		AddressMultiplier: 1,
+	})
+	h := m.Handler(ok)
+	for _, s := range []string{"s=y", "s=z"} {
+		if w := serve(h, "198.51.100.1:1", "/", "Cookie", s); w.Code != 200 {
+			t.Fatalf("%s: %d", s, w.Code)
+		}
+	}
+	for range 3 {
+		if w := serve(h, "198.51.100.1:1", "/", "Cookie", "s=x"); w.Code != 429 {
+			t.Fatalf("x from the exhausted address: %d, want 429", w.Code)
+		}
+	}
+	for i := range 2 {
+		if w := serve(h, "198.51.100.2:1", "/", "Cookie", "s=x"); w.Code != 200 {
+			t.Errorf("x from a fresh address, request %d: %d %s; want its session bucket whole", i, w.Code, w.Body.String())
+		}
+	}
+}
+
+// TestConcurrencyRefusalKeepsRateQuota holds one request of a client in
+// progress, has its next requests refused by the per-client cap, and
+// checks that they did not spend its rate quota.
+func TestConcurrencyRefusalKeepsRateQuota(t *testing.T) {
+	release, entered := make(chan struct{}), make(chan struct{})
+	m := mustNew(t, Config{Rate: limits.Limit{Events: 3, Period: time.Hour}, MaxInFlightPerClient: 1})
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			entered <- struct{}{}
+			<-release
+		}
+	}))
+	done := make(chan int)
+	go func() { done <- serve(h, "192.0.2.1:1", "/slow").Code }()
+	<-entered
+	for range 5 {
+		if w := serve(h, "192.0.2.1:2", "/"); w.Code != 429 || problemOf(t, w).Reason != ReasonConcurrencyLimited {
+			t.Fatalf("while one is in progress: %d %s", w.Code, w.Body.String())
+		}
+	}
+	close(release)
+	if code := <-done; code != 200 {
+		t.Fatalf("the slow request: %d", code)
+	}
+	for i, want := range []int{200, 200, 429} {
+		if w := serve(h, "192.0.2.1:3", "/"); w.Code != want {
+			t.Errorf("request %d after the slow one: %d, want %d (3 a hour, 1 spent)", i, w.Code, want)
+		}
+	}
+}
+
+// TestPerClientConcurrencyExact has thousands of clients each hold one
+// request at once under a cap of one per client: none may be refused, as
+// clients are counted each on its own.
+func TestPerClientConcurrencyExact(t *testing.T) {
+	const clients = 5000
+	var arrived sync.WaitGroup
+	arrived.Add(clients)
+	release := make(chan struct{})
+	m := mustNew(t, Config{MaxInFlightPerClient: 1})
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.Done()
+		<-release
+	}))
+	var refused atomic.Int64
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Go(func() {
+			w := serve(h, fmt.Sprintf("10.%d.%d.%d:1", i>>16&255, i>>8&255, i&255), "/")
+			if w.Code != 200 {
+				refused.Add(1)
+				arrived.Done()
+			}
+		})
+	}
+	arrived.Wait()
+	close(release)
+	wg.Wait()
+	if n := refused.Load(); n != 0 {
+		t.Errorf("%d of %d clients refused while each had one request in progress", n, clients)
+	}
+}
+
+// stuck is a limiter that never answers until released: it ignores its
+// context, as a buggy or wedged custom limiter might.
+type stuck struct{ release chan struct{} }
+
+func (s stuck) Take(context.Context, string, int) (limits.Decision, error) {
+	<-s.release
+	return limits.Decision{Allowed: true}, nil
+}
+
+func (stuck) Refund(context.Context, string, limits.Decision) error { return nil }
+
+// TestTimeoutBoundsLimiter checks that a limiter that never answers cannot
+// hold a request, or its place in the gate, past the deadline.
+func TestTimeoutBoundsLimiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := stuck{make(chan struct{})}
+		defer close(l.release)
+		m := mustNew(t, Config{Limiter: l, MaxInFlight: 1, Timeout: time.Second})
+		h := m.Handler(ok)
+		for i := range 3 {
+			start := time.Now()
+			w := serve(h, "192.0.2.1:1", "/")
+			if w.Code != 503 || problemOf(t, w).Reason != ReasonLimiterError {
+				t.Errorf("request %d: %d %s, want 503 limiter_error", i, w.Code, w.Body.String())
+			}
+			if d := time.Since(start); d > time.Second {
+				t.Errorf("request %d took %v, past the 1s deadline", i, d)
+			}
+		}
+		if s := m.Stats(); s.LimiterError != 3 || s.Gate.InFlight != 0 {
+			t.Errorf("Stats %+v: want 3 limiter errors and the gate empty", s)
+		}
+	})
+}
+
+// fixed is a limiter that answers every request with the same decision.
+type fixed struct{ d limits.Decision }
+
+func (f fixed) Take(context.Context, string, int) (limits.Decision, error) { return f.d, nil }
+
+func (fixed) Refund(context.Context, string, limits.Decision) error { return nil }
+
+// TestRefusalsFromDecisions checks that a refusal's reason, Retry-After
+// and RateLimit fields come from the deciding limiter's Decision: a
+// request that can never pass gets no Retry-After promising otherwise.
+func TestRefusalsFromDecisions(t *testing.T) {
+	above := limits.Decision{Reason: limits.ReasonCostAboveBurst, Limit: 5, Period: time.Minute, Burst: 5, Cost: 9, Remaining: 2, ResetAfter: 36 * time.Second, At: time.Now()}
+	m := mustNew(t, Config{Limiter: fixed{above}})
+	w := serve(m.Handler(ok), "192.0.2.1:1", "/")
+	if p := problemOf(t, w); p.Reason != "cost_above_burst" {
+		t.Errorf("cost above the burst: reason %q, want cost_above_burst", p.Reason)
+	}
+	if got := w.Header().Get("Retry-After"); got != "" {
+		t.Errorf("cost above the burst: Retry-After %q, want none", got)
+	}
+	if got := w.Header().Get("RateLimit"); got != `"default";r=2;t=36` {
+		t.Errorf("cost above the burst: RateLimit %q", got)
+	}
+
+	limited := limits.Decision{Reason: limits.ReasonRateLimited, Limit: 5, Period: time.Minute, Burst: 5, Cost: 1, RetryAfter: 2500 * time.Millisecond, ResetAfter: time.Minute, At: time.Now()}
+	m = mustNew(t, Config{Limiter: fixed{limited}})
+	w = serve(m.Handler(ok), "192.0.2.1:1", "/")
+	if w.Code != 429 || w.Header().Get("Retry-After") != "3" || w.Header().Get("RateLimit") != `"default";r=0;t=3` {
+		t.Errorf("rate limited: %d, Retry-After %q, RateLimit %q; want 429, 3 and t=3", w.Code, w.Header().Get("Retry-After"), w.Header().Get("RateLimit"))
+	}
+}
+
+// TestKeylessRefusalNamesItsPolicy checks that a request without a caller
+// key, refused by the bucket keyless requests share per address, is not
+// reported under the caller key's policy, which it never used.
+func TestKeylessRefusalNamesItsPolicy(t *testing.T) {
+	m := mustNew(t, Config{Rate: limits.Limit{Events: 1, Period: time.Hour}, CallerKey: HeaderKey("X-Api-Key"), PolicyName: "apikey"})
+	h := m.Handler(ok)
+	serve(h, "192.0.2.1:1", "/")
+	w := serve(h, "192.0.2.1:1", "/")
+	if w.Code != 429 {
+		t.Fatalf("second keyless request: %d", w.Code)
+	}
+	p := problemOf(t, w)
+	if len(p.Violated) != 1 || p.Violated[0] == "apikey" {
+		t.Errorf("keyless refusal names %q, want its own policy", p.Violated)
+	}
+	if !strings.HasPrefix(w.Header().Get("RateLimit"), fmt.Sprintf("%q;", p.Violated[0])) {
+		t.Errorf("RateLimit %q does not name the violated policy %q", w.Header().Get("RateLimit"), p.Violated)
+	}
+}
+
+// TestResetWithinWindow checks that a key within its quota is never told
+// to wait longer than the policy's window: 3 requests of 3 per 10s are
+// back in exactly 10s.
+func TestResetWithinWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mustNew(t, Config{Rate: limits.Limit{Events: 3, Period: 10 * time.Second}})
+		h := m.Handler(ok)
+		var w *httptest.ResponseRecorder
+		for range 3 {
+			w = serve(h, "192.0.2.1:1", "/")
+		}
+		if got := w.Header().Get("RateLimit"); got != `"default";r=0;t=10` {
+			t.Errorf("after 3 of 3/10s at one instant: RateLimit %q, want t=10 (w=10)", got)
+		}
+	})
+}
+
+func TestLoadEnvZeroQueueWait(t *testing.T) {
+	var c Config
+	err := c.LoadEnv(func(k string) (string, bool) {
+		if k == EnvQueueWait {
+			return "0", true
+		}
+		return "", false
+	})
+	if err != nil || c.QueueWait != 0 {
+		t.Errorf("%s=0, the documented default: %v, QueueWait %v", EnvQueueWait, err, c.QueueWait)
+	}
+}
+
+// TestNewErrorsDeterministic checks that a config with several bad fields
+// always gets the same error.
+func TestNewErrorsDeterministic(t *testing.T) {
+	cfg := Config{MaxInFlight: -1, QueueWait: -1, Timeout: -1, Burst: -1, MaxKeys: -1}
+	_, first := New(cfg)
+	for range 50 {
+		if _, err := New(cfg); err == nil || err.Error() != first.Error() {
+			t.Fatalf("New gave %v, then %v", first, err)
+		}
+	}
+}

@@ -1,0 +1,182 @@
+// Package front holds what the front ends of package limits (httplimit
+// and grpclimit) share, whatever their protocol: rate policies and the
+// bounded calls to their limiters, the all-or-nothing charging of several
+// policies, and an exact count of the requests each client has in
+// progress.
+package front
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/limitsgo/limits"
+)
+
+// Reasons of refusals, as front ends report them.
+const (
+	ReasonRateLimited          = "rate_limited"           // a client's bucket is empty
+	ReasonServerBusy           = "server_busy"            // the gate is full
+	ReasonRequestTimeout       = "request_timeout"        // the request ran past its deadline
+	ReasonLimiterError         = "limiter_error"          // a limiter failed, and the policy is to refuse
+	ReasonTableFull            = "table_full"             // a limiter tracks as many clients as it may
+	ReasonCostAboveBurst       = "cost_above_burst"       // the request costs more than a bucket holds
+	ReasonInvalidCost          = "invalid_cost"           // the request's cost is negative
+	ReasonConcurrencyLimited   = "concurrency_limited"    // the client has too many requests in progress
+	ReasonConcurrencyTableFull = "concurrency_table_full" // too many clients have requests in progress
+)
+
+// DefaultLimiterTimeout bounds each call to a limiter that does not decide
+// in process, unless configured otherwise.
+const DefaultLimiterTimeout = 250 * time.Millisecond
+
+// ErrLimiterTimeout is the error of a limiter call that did not return in
+// time.
+var ErrLimiterTimeout = errors.New("limiter did not answer in time")
+
+// Rate is one rate policy of a front end: a limiter, the name it is known
+// by, and how its calls are bounded.
+type Rate struct {
+	// Name names the policy in responses and logs; Item is Name as a
+	// Structured Field string, as the RateLimit header fields carry it.
+	Name, Item string
+	// Limiter decides.
+	Limiter limits.Limiter
+	// Timeout bounds each call to Limiter, unless it decides in process.
+	Timeout time.Duration
+
+	local *limits.GCRA // Limiter, if it decides in process
+}
+
+// NewRate returns the policy name applying l, whose calls are bounded by
+// timeout (DefaultLimiterTimeout if 0), or an error if name cannot be sent
+// in a header field.
+func NewRate(name string, l limits.Limiter, timeout time.Duration) (*Rate, error) {
+	item, ok := SFString(name)
+	if !ok {
+		return nil, fmt.Errorf("policy name %q must be printable ASCII", name)
+	}
+	if timeout == 0 {
+		timeout = DefaultLimiterTimeout
+	}
+	r := &Rate{Name: name, Item: item, Limiter: l, Timeout: timeout}
+	r.local, _ = l.(*limits.GCRA)
+	return r, nil
+}
+
+// SFString returns s as a Structured Field string (RFC 9651): quoted, with
+// backslash escapes for quotes and backslashes. It reports false if s holds
+// a character such a string cannot: anything but printable ASCII.
+func SFString(s string) (string, bool) {
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c > 0x7e {
+			return "", false
+		}
+		if c == '"' || c == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, c)
+	}
+	return string(append(b, '"')), true
+}
+
+// Take asks the policy's limiter about a request of cost n for key. A
+// limiter that decides in process is called directly. Any other is called
+// on its own goroutine under ctx and the policy's timeout, and abandoned
+// when that ends, so that one that never answers cannot hold a request:
+// the call then fails with an error wrapping ErrLimiterTimeout and the
+// context's error, and should the limiter allow the request after all, its
+// charge is given back.
+func (r *Rate) Take(ctx context.Context, key string, n int) (limits.Decision, error) {
+	if r.local != nil {
+		return r.local.AllowN(key, n), nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
+	type result struct {
+		d   limits.Decision
+		err error
+	}
+	// done is unbuffered: an answer is either taken by the caller or, once
+	// the caller has given up, refunded; never left behind.
+	done := make(chan result)
+	abandoned := make(chan struct{})
+	go func() {
+		defer cancel()
+		d, err := r.Limiter.Take(ctx, key, n)
+		select {
+		case done <- result{d, err}:
+		case <-abandoned:
+			if err == nil && d.Allowed {
+				r.refundLate(key, d)
+			}
+		}
+	}()
+	select {
+	case res := <-done:
+		return res.d, res.err
+	case <-ctx.Done():
+		close(abandoned)
+		// The answer may have come at the same time: prefer it.
+		select {
+		case res := <-done:
+			return res.d, res.err
+		default:
+		}
+		return limits.Decision{}, fmt.Errorf("%w: %w", ErrLimiterTimeout, ctx.Err())
+	}
+}
+
+// refundLate gives back a charge that came after its caller gave up.
+func (r *Rate) refundLate(key string, d limits.Decision) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.Timeout)
+	defer cancel()
+	r.Limiter.Refund(ctx, key, d)
+}
+
+// Refund gives back the charge of d for key, within the policy's timeout.
+func (r *Rate) Refund(ctx context.Context, key string, d limits.Decision) error {
+	if r.local != nil {
+		return r.local.Refund(ctx, key, d)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
+	defer cancel()
+	return r.Limiter.Refund(ctx, key, d)
+}
+
+// Charge is what one policy charged one request.
+type Charge struct {
+	Rate *Rate
+	Key  string
+	Dec  limits.Decision
+}
+
+// Refusal says which layer refused a request, and why.
+type Refusal struct {
+	// Reason is one of the Reason codes.
+	Reason string
+	// Rate is the policy that refused, for refusals by a rate policy.
+	Rate *Rate
+	// Dec is that policy's Decision, when it decided.
+	Dec limits.Decision
+	// Err is the limiter's error, for limiter_error.
+	Err error
+}
+
+// ReasonOf returns the reason code of a refusing Decision.
+func ReasonOf(d limits.Decision) string {
+	switch d.Reason {
+	case limits.ReasonTableFull:
+		return ReasonTableFull
+	case limits.ReasonCostAboveBurst:
+		return ReasonCostAboveBurst
+	case limits.ReasonInvalidCost:
+		return ReasonInvalidCost
+	case limits.ReasonUnavailable:
+		return ReasonLimiterError
+	}
+	return ReasonRateLimited
+}

@@ -1,0 +1,106 @@
+package limits
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/limitsgo/limits/internal/gcra"
+)
+
+// Limiter decides whether a request of some cost for a key may proceed, and
+// can give back what it charged. It is the contract between the limiters
+// (GCRA in this process, the Redis GCRA of package redislimit across a
+// fleet) and the front ends that apply them to requests (packages
+// httplimit and grpclimit); a front end takes any Limiter.
+//
+// A front end that charges several limiters for one request (a client
+// address, then an API key) takes the request only if all allow it: when
+// a later one refuses, it gives back what the earlier ones charged, so that
+// a refused request costs nothing.
+type Limiter interface {
+	// Take decides a request of cost n for key now, and charges it if
+	// allowed. An error means that no decision could be made (a store
+	// unreachable, a deadline passed); a Decision returned with a nil
+	// error is final, refusals included. Take must return by the time
+	// ctx ends.
+	Take(ctx context.Context, key string, n int) (Decision, error)
+	// Refund gives back the charge of d, an allowed Decision that Take
+	// returned for key: the part of it the key still owes, so that the
+	// key is left owing no less than if the request had never been made,
+	// whatever other requests did meanwhile. It does nothing for a refused
+	// Decision or one of cost 0. An error means that nothing was given
+	// back.
+	Refund(ctx context.Context, key string, d Decision) error
+}
+
+// Decision is the answer of a limiter to one request.
+type Decision struct {
+	// Allowed reports whether the request may proceed.
+	Allowed bool
+	// Reason says why the request was refused, or is ReasonAllowed.
+	Reason Reason
+	// Limit is the policy's number of events per Period.
+	Limit int
+	// Period is the policy's period.
+	Period time.Duration
+	// Burst is the most unit requests a key may make at once.
+	Burst int
+	// Cost is the cost of the request decided, as asked.
+	Cost int
+	// Remaining is how many requests of cost 1 the key could make at At,
+	// after this decision.
+	Remaining int
+	// RetryAfter, for a request refused with ReasonRateLimited, is exactly
+	// how long after At the same request would be allowed: at At +
+	// RetryAfter it is, and a nanosecond earlier it is not. It is 0 for
+	// allowed requests and for refusals that waiting cannot cure or whose
+	// end cannot be known (the other reasons).
+	RetryAfter time.Duration
+	// ResetAfter is how long after At the key is back to its full burst,
+	// if it makes no more requests.
+	ResetAfter time.Duration
+	// At is when the decision was made, on the limiter's clock (for the
+	// Redis limiter, the Redis server's): RetryAfter and ResetAfter count
+	// from it. It is never earlier than the key's latest change.
+	At time.Time
+
+	// src is the GCRA that made the decision, if a GCRA did, and mark the
+	// key's exact TAT after it, for Refund.
+	src  *GCRA
+	mark gcra.Time
+}
+
+// Reason tells refusals apart.
+type Reason uint8
+
+const (
+	// ReasonAllowed is the Reason of an allowed request.
+	ReasonAllowed Reason = iota
+	// ReasonRateLimited: the key has used its burst; see RetryAfter.
+	ReasonRateLimited
+	// ReasonTableFull: the key is new and the table is full of keys whose
+	// state is in use.
+	ReasonTableFull
+	// ReasonCostAboveBurst: the request costs more than the burst, so it
+	// can never be allowed.
+	ReasonCostAboveBurst
+	// ReasonInvalidCost: the request's cost is negative.
+	ReasonInvalidCost
+	// ReasonUnavailable: a limiter whose state lives elsewhere (such as the
+	// Redis GCRA of package redislimit) could not reach it and refuses
+	// rather than let the request through unmetered. It always comes with
+	// an error; a GCRA never returns it.
+	ReasonUnavailable
+)
+
+var reasonNames = [...]string{"allowed", "rate_limited", "table_full", "cost_above_burst", "invalid_cost", "unavailable"}
+
+// String returns the reason as a code for logs and responses, such as
+// "rate_limited".
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return fmt.Sprintf("reason(%d)", uint8(r))
+}
