@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -225,4 +226,52 @@ func BenchmarkHeavyHittersOffer(b *testing.B) {
 		b.Run(o.name, func(b *testing.B) { runSerial(b, keys, o.op) })
 		b.Run(o.name+"/parallel", func(b *testing.B) { runParallel(b, keys, o.op) })
 	}
+}
+
+// BenchmarkGCRAExpireAtOnce fills a GCRA's table to its cap with 1,000,000
+// keys that all expire at the same instant, then sends new keys, each of
+// which needs the place of an expired one, and reports the distribution of
+// the time one Allow takes: its median, 99th and 99.9th percentiles and
+// maximum, clock reads included. No call may pay for sweeping the table.
+func BenchmarkGCRAExpireAtOnce(b *testing.B) {
+	keys := benchKeys()
+	fresh := make([]string, len(keys))
+	for i, k := range keys {
+		fresh[i] = "new-" + k
+	}
+	const d = 100 * time.Millisecond
+	g := NewGCRA(1, d, WithMaxKeys(len(keys)))
+	at := time.Now()
+	for _, k := range keys {
+		g.AllowNAt(at, k, 1)
+	}
+	time.Sleep(time.Until(at.Add(d)))
+	lat := make([]time.Duration, 0, 1<<20)
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		start := time.Now()
+		g.Allow(fresh[i])
+		if len(lat) < cap(lat) {
+			lat = append(lat, time.Since(start))
+		}
+		if i++; i == len(fresh) {
+			i = 0
+		}
+	}
+	reportLatency(b, lat)
+}
+
+// reportLatency reports the median, 99th and 99.9th percentiles and the
+// maximum of lat, in nanoseconds.
+func reportLatency(b *testing.B, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	at := func(q float64) float64 { return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))]) }
+	b.ReportMetric(at(0.5), "p50-ns")
+	b.ReportMetric(at(0.99), "p99-ns")
+	b.ReportMetric(at(0.999), "p99.9-ns")
+	b.ReportMetric(float64(lat[len(lat)-1]), "max-ns")
 }

@@ -541,7 +541,8 @@ func (s *gcraShard) purge(g *GCRA, now int64) int {
 // tombstones if they fill an eighth of it. A shard at its largest that is
 // still three-quarters full of keys in use goes on filling. The cost, at
 // most one pass over the shard and one over its new slots, is amortised
-// over the insertions that filled it. s.mu is held; now is the real clock.
+// over the insertions that filled it; only growing allocates, at most
+// eight times in a shard's life. s.mu is held; now is the real clock.
 func (s *gcraShard) maintain(g *GCRA, now int64) {
 	if s.next <= now {
 		s.purge(g, now)
@@ -550,12 +551,64 @@ func (s *gcraShard) maintain(g *GCRA, now int64) {
 	case 2*s.held > len(s.slots) && len(s.slots) < g.shardMax:
 		s.rebuild(g, 2*len(s.slots), now)
 	case 8*(s.used-s.held) >= len(s.slots):
-		s.rebuild(g, len(s.slots), now)
+		s.compact(g, now)
+	}
+}
+
+// compact clears the shard's tombstones and expired keys in place, then
+// moves every key back to the first slot its probe sequence reaches, in
+// ring order from an empty slot: each key then finds a slot no later than
+// its own, and no key is left behind an empty slot on its way. s.mu is
+// held; now is the real clock.
+func (s *gcraShard) compact(g *GCRA, now int64) {
+	if testHookScan != nil {
+		testHookScan(2 * len(s.slots))
+	}
+	dropped := 0
+	start := -1
+	s.next = math.MaxInt64
+	for i := range s.slots {
+		e := &s.slots[i]
+		switch {
+		case e.tag == 0:
+		case e.tag == tombstone:
+			*e = gcraSlot{}
+		case g.expired(e, now):
+			*e = gcraSlot{}
+			dropped++
+		default:
+			s.next = min(s.next, e.tat)
+			continue
+		}
+		if start < 0 {
+			start = i
+		}
+	}
+	s.held -= dropped
+	s.used = s.held
+	g.keys.Add(int64(-dropped))
+	if start < 0 {
+		return // no empty slot: nothing was cleared, nothing to move
+	}
+	mask := len(s.slots) - 1
+	for k := 1; k < len(s.slots); k++ {
+		i := (start + k) & mask
+		e := s.slots[i]
+		if e.tag == 0 {
+			continue
+		}
+		s.slots[i] = gcraSlot{}
+		j := int(e.tag>>g.fracBits) & mask
+		for s.slots[j].tag != 0 {
+			j = (j + 1) & mask
+		}
+		s.slots[j] = e
 	}
 }
 
 // rebuild moves the shard's keys in use into size new slots, leaving out
-// tombstones and expired keys. s.mu is held; now is the real clock.
+// tombstones and expired keys: the shard grows. s.mu is held; now is the
+// real clock.
 func (s *gcraShard) rebuild(g *GCRA, size int, now int64) {
 	if testHookScan != nil {
 		testHookScan(len(s.slots))

@@ -28,4 +28,29 @@
 // proxies. A key the caller chooses, such as a session cookie, can add a
 // fairer bucket per key, but never replaces the address bucket: a caller
 // cannot escape its address limit by changing keys.
+//
+// # The contract across layers
+//
+// The layers run in one order: exemptions, capacity (the gate, then the
+// deadline), the client address's bucket, the caller key's bucket,
+// per-client concurrency. The order is part of the contract, and so is
+// this:
+//
+//   - A refused request costs nothing: when a layer refuses, the buckets
+//     earlier layers charged are given back, leaving each key owing no
+//     less than before the request and exactly that much when no other
+//     request came in between. Requests that ran concurrently are charged
+//     as they would have been anyway.
+//   - A caller key gets a bucket only for a request its address allowed,
+//     so the entries one address can create are bounded by its own
+//     allowance: rotating session cookies cannot fill the table that new
+//     users need.
+//   - Every wait is bounded: the gate's queue by QueueWait, each call of a
+//     limiter by LimiterTimeout, the handler by Timeout. Past the bound the
+//     layer's policy applies, and every place taken is given back on every
+//     way out: return, panic, client gone, timeout, ReleaseCapacity.
+//   - Per-client concurrency is counted exactly for each client.
+//   - A refusal reports the layer that refused: its status, reason code,
+//     policy and RateLimit fields, and a Retry-After only when waiting
+//     helps, never earlier than the truth.
 package httplimit
