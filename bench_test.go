@@ -98,9 +98,9 @@ func benchOps(keys []string) []struct {
 } {
 	m := newMutexMap(keys)
 	e := NewEstimator(4, 1024)
-	c := NewConservativeEstimator(4, 1024)
+	c := NewEstimator(4, 1024, Sizing{Conservative: true})
 	r := NewRate(time.Second)
-	cr := NewConservativeRate(time.Second, 4, 1024)
+	cr := NewRate(time.Second, Sizing{Hashes: 4, Slots: 1024, Conservative: true})
 	in := NewInflight()
 	// A limit no key reaches in a benchmark, so that every call charges,
 	// with each call adding 3.6ms to its key's state, so that the table
@@ -148,7 +148,7 @@ func BenchmarkHot1024(b *testing.B) {
 // counter of callers inside can cost.
 func BenchmarkGate(b *testing.B) {
 	keys := hotKeys()
-	g := NewGate(1 << 20)
+	g, _ := NewGate(1 << 20)
 	var mu sync.Mutex
 	inside := 0
 	mutexCounter := func(string) {
@@ -205,26 +205,6 @@ func BenchmarkMemory(b *testing.B) {
 			}
 			b.ReportMetric(float64(held), "bytes-held")
 		})
-	}
-}
-
-// BenchmarkHeavyHittersOffer measures Offer for keys below the threshold,
-// nearly every key in practice, and for keys already in the table.
-func BenchmarkHeavyHittersOffer(b *testing.B) {
-	keys := hotKeys()
-	hh := NewHeavyHitters(100, len(keys))
-	for _, k := range keys {
-		hh.Offer(k, 100, 1)
-	}
-	for _, o := range []struct {
-		name string
-		op   func(string)
-	}{
-		{"Below", func(k string) { hh.Offer(k, 99, 1) }},
-		{"Listed", func(k string) { hh.Offer(k, 101, 1) }},
-	} {
-		b.Run(o.name, func(b *testing.B) { runSerial(b, keys, o.op) })
-		b.Run(o.name+"/parallel", func(b *testing.B) { runParallel(b, keys, o.op) })
 	}
 }
 

@@ -33,7 +33,7 @@ func modes(hashes, slots int) []struct {
 		c    counter
 	}{
 		{"plain", NewEstimator(hashes, slots)},
-		{"conservative", NewConservativeEstimator(hashes, slots)},
+		{"conservative", NewEstimator(hashes, slots, Sizing{Conservative: true})},
 	}
 }
 
@@ -43,24 +43,26 @@ func TestNewConservativePanics(t *testing.T) {
 		f    func()
 		want string
 	}{
-		{"zero hashes", func() { NewConservativeEstimator(0, 8) }, "limits: hashes must be >= 1, got 0"},
-		{"17 hashes", func() { NewConservativeEstimator(17, 8) }, "limits: a conservative sketch takes at most 16 hashes, got 17"},
-		{"zero slots", func() { NewConservativeEstimator(4, 0) }, "limits: slots must be >= 1, got 0"},
-		{"rate, zero interval", func() { NewConservativeRate(0, 4, 8) }, "limits: interval must be > 0, got 0s"},
-		{"rate, 17 hashes", func() { NewConservativeRate(time.Second, 17, 8) }, "limits: a conservative sketch takes at most 16 hashes, got 17"},
-		{"sized, tiny failure", func() { NewConservativeEstimatorSized(Sizing{Keys: 10, Failure: 1e-9}) }, "limits: a conservative sketch takes at most 16 hashes, got 21"},
-		{"rate sized, invalid", func() { NewConservativeRateSized(time.Second, Sizing{}) }, "limits: Sizing needs Keys, a tolerance, or both"},
+		{"zero hashes", func() { NewEstimator(0, 8, Sizing{Conservative: true}) }, "limits: hashes must be >= 1, got 0"},
+		{"17 hashes", func() { NewEstimator(17, 8, Sizing{Conservative: true}) }, "limits: a conservative sketch takes at most 16 hashes, got 17"},
+		{"zero slots", func() { NewEstimator(4, 0, Sizing{Conservative: true}) }, "limits: slots must be >= 1, got 0"},
+		{"rate, zero interval", func() { NewRate(0, Sizing{Hashes: 4, Slots: 8, Conservative: true}) }, "limits: interval must be > 0, got 0s"},
+		{"rate, 17 hashes", func() { NewRate(time.Second, Sizing{Hashes: 17, Slots: 8, Conservative: true}) }, "limits: a conservative sketch takes at most 16 hashes, got 17"},
+		{"sized, tiny failure", func() { NewRate(time.Second, Sizing{Keys: 10, Failure: 1e-9, Conservative: true}) }, "limits: a conservative sketch takes at most 16 hashes, got 21"},
+		{"rate sized, invalid", func() { NewRate(time.Second, Sizing{Keys: -1, Conservative: true}) }, "limits: Sizing.Keys must be >= 0, got -1"},
+		{"inflight", func() { NewInflight(Sizing{Conservative: true}) }, "limits: an Inflight cannot be conservative: its counts go down"},
+		{"estimator sized", func() { NewEstimator(4, 8, Sizing{Keys: 10}) }, "limits: NewEstimator takes its size as arguments, not from a Sizing (see Sizing.Dims)"},
 	}
 	for _, tt := range tests {
 		if got := mustPanic(t, tt.f); got != tt.want {
 			t.Errorf("%s: panic %q, want %q", tt.name, got, tt.want)
 		}
 	}
-	NewConservativeEstimator(16, 1) // the largest allowed
+	NewEstimator(16, 1, Sizing{Conservative: true}) // the largest allowed
 }
 
 func TestConservativeEstimatorBasics(t *testing.T) {
-	c := NewConservativeEstimator(4, 4096)
+	c := NewEstimator(4, 4096, Sizing{Conservative: true})
 	steps := []struct {
 		key   string
 		delta int64
@@ -85,7 +87,7 @@ func TestConservativeEstimatorBasics(t *testing.T) {
 	if got := c.GetHash(c.Hash([]byte("a"))); got != 5 {
 		t.Errorf("GetHash(Hash(a)) = %d, want 5", got)
 	}
-	if got := c.IncrHash(c.HashString("a"), 1); got != 6 {
+	if got := c.IncrHash(c.Hash([]byte("a")), 1); got != 6 {
 		t.Errorf("IncrHash(HashString(a), 1) = %d, want 6", got)
 	}
 	c.Reset()
@@ -103,19 +105,19 @@ func TestConservativeEstimatorBasics(t *testing.T) {
 // that share one cell: the second key's increment leaves the shared cell,
 // already above its count, alone.
 func TestConservativeOnlyRaisesToTheMinimum(t *testing.T) {
-	c := NewConservativeEstimator(1, 1) // one cell: every key shares it
+	c := NewEstimator(1, 1, Sizing{Conservative: true}) // one cell: every key shares it
 	c.Incr("a", 10)
 	if got := c.Incr("b", 3); got != 13 {
 		t.Errorf("one cell: Incr(b, 3) = %d, want 13", got)
 	}
 	// In two rows, find keys a and b that share a's row-0 cell but not its
 	// row-1 cell.
-	c = NewConservativeEstimator(2, 64)
-	ha := c.HashString("a")
+	c = NewEstimator(2, 64, Sizing{Conservative: true})
+	ha := c.Hash([]byte("a"))
 	var hb uint64
 	for i := 0; ; i++ {
-		hb = c.HashString(fmt.Sprint(i))
-		e := &c.est
+		hb = c.Hash([]byte(fmt.Sprint(i)))
+		e := c
 		if e.cell(e.rows[0], hb) == e.cell(e.rows[0], ha) && e.cell(e.rows[1], hb) != e.cell(e.rows[1], ha) {
 			break
 		}
@@ -140,8 +142,8 @@ func TestConservativeOnlyRaisesToTheMinimum(t *testing.T) {
 func TestConservativeNeverUnderCounts(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, size := range [][2]int{{1, 8}, {2, 16}, {4, 64}, {3, 1000}, {16, 32}} {
-		c := NewConservativeEstimator(size[0], size[1])
-		p := twin(&c.est)
+		c := NewEstimator(size[0], size[1], Sizing{Conservative: true})
+		p := twin(c)
 		exact := map[string]int64{}
 		lower := false
 		for i := range 20000 {
@@ -234,7 +236,7 @@ func TestConcurrentOneKeyExact(t *testing.T) {
 }
 
 func TestConservativeSaturates(t *testing.T) {
-	c := NewConservativeEstimator(2, 8)
+	c := NewEstimator(2, 8, Sizing{Conservative: true})
 	if got := c.Incr("k", math.MaxInt64-1); got != math.MaxInt64-1 {
 		t.Fatalf("Incr(MaxInt64-1) = %d", got)
 	}
@@ -253,7 +255,7 @@ func TestConservativeSaturates(t *testing.T) {
 // and n <= 0 records nothing.
 func TestConservativeRateWindows(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := NewConservativeRate(time.Second, 4, 256)
+		r := NewRate(time.Second, Sizing{Hashes: 4, Slots: 256, Conservative: true})
 		steps := []struct {
 			n, want int64
 		}{{3, 3}, {2, 5}, {0, 5}, {-5, 5}}
@@ -299,11 +301,11 @@ func TestConservativeZipfAccuracy(t *testing.T) {
 	}
 	rand.New(rand.NewPCG(7, 7)).Shuffle(len(stream), func(i, j int) { stream[i], stream[j] = stream[j], stream[i] })
 	measure := func(slots int) (plainMean, consMean float64, plainExact, consExact int) {
-		c := NewConservativeEstimator(4, slots)
-		p := twin(&c.est)
+		c := NewEstimator(4, slots, Sizing{Conservative: true})
+		p := twin(c)
 		hs := make([]uint64, n)
 		for i := range hs {
-			hs[i] = c.HashString(fmt.Sprintf("client-%06d", i))
+			hs[i] = c.Hash(fmt.Appendf(nil, "client-%06d", i))
 		}
 		for _, i := range stream {
 			c.IncrHash(hs[i], 1)
@@ -341,8 +343,8 @@ func b2i(b bool) int64 {
 }
 
 func TestConservativeAllocs(t *testing.T) {
-	c := NewConservativeEstimator(4, 1024)
-	r := NewConservativeRate(time.Second, 4, 1024)
+	c := NewEstimator(4, 1024, Sizing{Conservative: true})
+	r := NewRate(time.Second, Sizing{Hashes: 4, Slots: 1024, Conservative: true})
 	b := []byte("client-000123")
 	allocs := testing.AllocsPerRun(1000, func() {
 		c.Incr("client-000123", 1)

@@ -162,15 +162,15 @@ func TestEstimatorOneHashPerCall(t *testing.T) {
 	for i := range 100 {
 		k := fmt.Sprintf("key-%d", i)
 		e.Incr(k, int64(i+1))
-		if got := e.GetHash(e.HashString(k)); got != int64(i+1) {
-			t.Fatalf("GetHash(HashString(%s)) = %d, want %d", k, got, i+1)
+		if got := e.GetHash(e.Hash([]byte(k))); got != int64(i+1) {
+			t.Fatalf("GetHash(Hash(%s)) = %d, want %d", k, got, i+1)
 		}
 		if got := e.IncrHash(e.Hash([]byte(k)), 1); got != int64(i+2) {
 			t.Fatalf("IncrHash(Hash(%s)) = %d, want %d", k, got, i+2)
 		}
-		e.DecrHash(e.HashString(k), 2)
+		e.IncrHash(e.Hash([]byte(k)), -2)
 		if got := e.Get(k); got != int64(i) {
-			t.Fatalf("Get(%s) after DecrHash = %d, want %d", k, got, i)
+			t.Fatalf("Get(%s) after IncrHash(-2) = %d, want %d", k, got, i)
 		}
 	}
 }
@@ -199,7 +199,7 @@ func TestEstimatorSeedsDifferPerInstance(t *testing.T) {
 	if together > 5 {
 		t.Errorf("keys colliding in one Estimator collided in %d of 20 others", together)
 	}
-	if e.HashString("victim") == NewEstimator(1, 64).HashString("victim") {
+	if e.Hash([]byte("victim")) == NewEstimator(1, 64).Hash([]byte("victim")) {
 		t.Error("two Estimators hash a key alike")
 	}
 }

@@ -120,7 +120,10 @@ func ExampleParseLimit() {
 }
 
 func ExampleGate() {
-	gate := limits.NewGate(1)
+	gate, err := limits.NewGate(1)
+	if err != nil {
+		panic(err)
+	}
 	p, ok := gate.TryEnter()
 	fmt.Println("first:", ok)
 	_, ok = gate.TryEnter()
@@ -154,18 +157,10 @@ func ExampleSizing_Dims() {
 	// limits: Sizing.MaxOver needs Sizing.Events
 }
 
-func ExampleNewEstimatorSized() {
-	e := limits.NewEstimatorSized(limits.Sizing{Keys: 1000, MaxOverFraction: 0.01})
-	fmt.Println(e.Size(), "bytes")
-	e.Incr("alice", 2)
-	fmt.Println(e.Get("alice"))
-	// Output:
-	// 8512 bytes
-	// 2
-}
-
-func ExampleNewRateSized() {
-	r := limits.NewRateSized(time.Minute, limits.Sizing{Keys: 10_000, MaxOverFraction: 0.001})
+func ExampleNewRate_sized() {
+	// About 10,000 clients a minute, an estimate too high by at most a
+	// thousandth of the minute's requests for all but 2% of them.
+	r := limits.NewRate(time.Minute, limits.Sizing{Keys: 10_000, MaxOverFraction: 0.001})
 	fmt.Println(r.Size(), "bytes") // two windows of 4 x 2660 counters
 	fmt.Println(r.Observe("client-1", 1))
 	// Output:
@@ -173,29 +168,8 @@ func ExampleNewRateSized() {
 	// 1
 }
 
-func ExampleConservativeEstimator() {
-	c := limits.NewConservativeEstimator(4, 1024)
-	c.Incr("alice", 3)
-	fmt.Println(c.Incr("alice", 2))
-	fmt.Println(c.Incr("alice", -5)) // counts cannot be taken back: ignored
-	fmt.Println(c.Get("bob"))
-	// Output:
-	// 5
-	// 5
-	// 0
-}
-
-func ExampleNewConservativeEstimatorSized() {
-	c := limits.NewConservativeEstimatorSized(limits.Sizing{Keys: 50_000})
-	fmt.Println(c.Size(), "bytes")
-	fmt.Println(c.Incr("10.0.0.1", 1))
-	// Output:
-	// 4254560 bytes
-	// 1
-}
-
-func ExampleNewConservativeRate() {
-	r := limits.NewConservativeRate(time.Minute, 4, 1024)
+func ExampleNewRate_conservative() {
+	r := limits.NewRate(time.Minute, limits.Sizing{Conservative: true})
 	for range 3 {
 		r.Observe("client-1", 1)
 	}
@@ -206,36 +180,28 @@ func ExampleNewConservativeRate() {
 	// 3
 }
 
-func ExampleNewConservativeRateSized() {
-	r := limits.NewConservativeRateSized(time.Second, limits.Sizing{Keys: 1000, Events: 100_000, MaxOver: 10})
-	fmt.Println(r.Size(), "bytes") // two windows of 4 x 2657 counters
-	fmt.Println(r.Observe("client-1", 2))
+func ExampleNewEstimator_conservative() {
+	c := limits.NewEstimator(4, 1024, limits.Sizing{Conservative: true})
+	c.Incr("alice", 3)
+	fmt.Println(c.Incr("alice", 2))
+	fmt.Println(c.Incr("alice", -5)) // counts cannot be taken back: ignored
+	fmt.Println(c.Get("bob"))
 	// Output:
-	// 170048 bytes
-	// 2
+	// 5
+	// 5
+	// 0
 }
 
-func ExampleHeavyHitters() {
-	r := limits.NewRate(time.Minute)
-	top := limits.NewHeavyHitters(100, 16) // name up to 16 keys past 100 a minute
-	observe := func(client string) {
-		top.Offer(client, r.Observe(client, 1), 1)
+func ExampleNewEstimator_sized() {
+	hashes, slots, err := limits.Sizing{Keys: 1000, MaxOverFraction: 0.01}.Dims()
+	if err != nil {
+		panic(err)
 	}
-	for range 150 {
-		observe("10.0.0.7")
-	}
-	for range 120 {
-		observe("10.0.0.9")
-	}
-	for range 20 {
-		observe("10.0.0.1")
-	}
-	// Once a minute: log the window's top offenders, then start over.
-	for _, h := range top.Top(5) {
-		fmt.Printf("%s: %d requests, %d counted exactly since it passed 100\n", h.Key, h.Estimate, h.Exact)
-	}
-	top.Reset()
+	e := limits.NewEstimator(hashes, slots)
+	fmt.Println(e.Size(), "bytes")
+	e.Incr("alice", 2)
+	fmt.Println(e.Get("alice"))
 	// Output:
-	// 10.0.0.7: 150 requests, 51 counted exactly since it passed 100
-	// 10.0.0.9: 120 requests, 21 counted exactly since it passed 100
+	// 8512 bytes
+	// 2
 }

@@ -2,19 +2,10 @@ package limits
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
 )
-
-// ErrGateFull is returned by Gate.Enter when the gate is full and the caller
-// may not wait, or too many callers are waiting already.
-var ErrGateFull = errors.New("limits: gate full")
-
-// ErrGateTimeout is returned by Gate.Enter when the gate stayed full for the
-// whole wait allowed.
-var ErrGateTimeout = errors.New("limits: gate wait timed out")
 
 // Gate admits at most a fixed number of callers at once, for the whole
 // process: the answer to "can this process take one more request now?".
@@ -42,29 +33,29 @@ type Gate struct {
 // GateStats is a snapshot of a Gate's counters.
 type GateStats struct {
 	// Max is the most callers the gate admits at once.
-	Max int
+	Max int `json:"max"`
 	// InFlight is the number of callers inside now.
-	InFlight int
+	InFlight int `json:"in_flight"`
 	// Peak is the highest InFlight seen.
-	Peak int
+	Peak int `json:"peak"`
 	// Waiting is the number of callers waiting in Enter now.
-	Waiting int
+	Waiting int `json:"waiting"`
 	// Admitted counts the callers let in.
-	Admitted uint64
+	Admitted uint64 `json:"admitted"`
 	// Shed counts the callers refused without waiting.
-	Shed uint64
+	Shed uint64 `json:"shed"`
 	// TimedOut counts the callers that waited and gave up, because the wait
 	// allowed ran out or their context ended.
-	TimedOut uint64
+	TimedOut uint64 `json:"timed_out"`
 }
 
-// NewGate returns a Gate admitting at most max callers at once. It panics if
-// max < 1.
-func NewGate(max int) *Gate {
+// NewGate returns a Gate admitting at most max callers at once, or an
+// error wrapping ErrInvalidLimit if max < 1.
+func NewGate(max int) (*Gate, error) {
 	if max < 1 {
-		panic(fmt.Sprintf("limits: gate size must be >= 1, got %d", max))
+		return nil, fmt.Errorf("%w: gate size must be >= 1, got %d", ErrInvalidLimit, max)
 	}
-	return &Gate{max: max, slots: make(chan struct{}, max)}
+	return &Gate{max: max, slots: make(chan struct{}, max)}, nil
 }
 
 // TryEnter lets the caller in if there is room, without waiting. It returns
@@ -80,16 +71,17 @@ func (g *Gate) TryEnter() (Permit, bool) {
 	}
 }
 
-// Enter lets the caller in, waiting at most wait for room. It returns
-// ErrGateFull if the gate is full and wait <= 0 or as many callers as the
-// gate admits are waiting already, ErrGateTimeout if the gate stays full for
-// the whole wait, and the context's error if ctx ends first. Waiting callers
-// are let in first come, first served.
-func (g *Gate) Enter(ctx context.Context, wait time.Duration) (Permit, error) {
+// Enter lets the caller in, waiting at most wait for room, and reports
+// whether it did. It refuses at once if the gate is full and wait <= 0, or
+// as many callers as the gate admits are waiting already (counted as
+// Shed); otherwise it gives up when the gate has stayed full for the whole
+// wait or ctx ends first (counted as TimedOut; ctx.Err tells which).
+// Waiting callers are let in first come, first served.
+func (g *Gate) Enter(ctx context.Context, wait time.Duration) (Permit, bool) {
 	select {
 	case g.slots <- struct{}{}:
 		g.entered()
-		return Permit{g: g}, nil
+		return Permit{g: g}, true
 	default:
 	}
 	if wait <= 0 || g.waiting.Add(1) > int64(g.max) {
@@ -97,7 +89,7 @@ func (g *Gate) Enter(ctx context.Context, wait time.Duration) (Permit, error) {
 			g.waiting.Add(-1)
 		}
 		g.shed.Add(1)
-		return Permit{}, ErrGateFull
+		return Permit{}, false
 	}
 	defer g.waiting.Add(-1)
 	timer := time.NewTimer(wait)
@@ -105,14 +97,12 @@ func (g *Gate) Enter(ctx context.Context, wait time.Duration) (Permit, error) {
 	select {
 	case g.slots <- struct{}{}:
 		g.entered()
-		return Permit{g: g}, nil
+		return Permit{g: g}, true
 	case <-timer.C:
-		g.timedOut.Add(1)
-		return Permit{}, ErrGateTimeout
 	case <-ctx.Done():
-		g.timedOut.Add(1)
-		return Permit{}, ctx.Err()
 	}
+	g.timedOut.Add(1)
+	return Permit{}, false
 }
 
 // entered records an admission.

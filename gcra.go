@@ -13,9 +13,9 @@ import (
 	"github.com/limitsgo/limits/internal/gcra"
 )
 
-// DefaultMaxKeys is the number of keys a GCRA holds at most unless
+// defaultMaxKeys is the number of keys a GCRA holds at most unless
 // WithMaxKeys says otherwise: 1,048,576 keys, in at most 23 MB of table.
-const DefaultMaxKeys = 1 << 20
+const defaultMaxKeys = 1 << 20
 
 // maxKeysLimit is the most keys WithMaxKeys may ask for: 268,435,456, about
 // 6 GB of table once full.
@@ -49,8 +49,8 @@ const maxSpan = gcra.MaxSpan
 //
 // # The table
 //
-// The table holds at most MaxKeys keys (DefaultMaxKeys unless WithMaxKeys
-// says otherwise): a key whose TAT is in the future is never dropped, a key
+// The table holds at most MaxKeys keys (1,048,576 unless WithMaxKeys says
+// otherwise): a key whose TAT is in the future is never dropped, a key
 // whose TAT has passed carries no information and makes room for a new one
 // when needed, and a new key that finds the table full of keys in use is
 // refused with ReasonTableFull. Nobody already limited is ever let off, and
@@ -116,27 +116,6 @@ type gcraSlot struct {
 	tat int64
 }
 
-// Option configures a limiter: WithBurst and WithMaxKeys apply to a GCRA.
-type Option func(*options)
-
-type options struct {
-	burst   int
-	maxKeys int
-}
-
-// GCRAOption is the former name of Option.
-type GCRAOption = Option
-
-// WithBurst sets how many unit requests a key may make at once, after a
-// pause long enough to recover. The default is the limit: one full quota at
-// once. A burst of 1 spaces every request by T = period/limit.
-func WithBurst(n int) Option { return func(o *options) { o.burst = n } }
-
-// WithMaxKeys sets the most keys the GCRA holds at once, DefaultMaxKeys by
-// default and at most 268,435,456. The table grows with the keys in use up
-// to this cap, and takes about 22 bytes per key of the cap once full.
-func WithMaxKeys(n int) Option { return func(o *options) { o.maxKeys = n } }
-
 // NewGCRA returns a GCRA allowing each key limit events per period. It
 // panics if limit, period, the burst or the maximum number of keys is not
 // positive, or if burst*T, the time to recover a full burst, exceeds about
@@ -161,9 +140,9 @@ func NewGCRAFor(l Limit, opts ...Option) (*GCRA, error) {
 }
 
 func newGCRA(limit int, period time.Duration, opts []Option) (*GCRA, error) {
-	o := options{burst: limit, maxKeys: DefaultMaxKeys}
-	for _, opt := range opts {
-		opt(&o)
+	o := options{burst: limit, maxKeys: defaultMaxKeys}
+	if err := collect(&o, opts, optBurst|optMaxKeys, "a GCRA"); err != nil {
+		return nil, err
 	}
 	p, err := gcra.New(limit, period, o.burst)
 	if err != nil {

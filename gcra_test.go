@@ -43,14 +43,14 @@ func TestNewGCRAFor(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		l    Limit
-		opts []GCRAOption
+		opts []Option
 		want string
 	}{
 		{Limit{0, time.Second}, nil, "limits: invalid limit: limit must be >= 1, got 0"},
 		{Limit{1, -time.Second}, nil, "limits: invalid limit: period must be > 0, got -1s"},
-		{Limit{1, time.Second}, []GCRAOption{WithBurst(-1)}, "limits: invalid limit: burst must be >= 1, got -1"},
-		{Limit{1, time.Second}, []GCRAOption{WithMaxKeys(-1)}, "limits: invalid limit: max keys must be within 1-268435456, got -1"},
-		{Limit{1, time.Hour}, []GCRAOption{WithBurst(1 << 20)}, "limits: invalid limit: a burst of 1048576 at 1 per 1h0m0s takes too long to recover"},
+		{Limit{1, time.Second}, []Option{WithBurst(-1)}, "limits: invalid limit: burst must be >= 1, got -1"},
+		{Limit{1, time.Second}, []Option{WithMaxKeys(-1)}, "limits: invalid limit: max keys must be within 1-268435456, got -1"},
+		{Limit{1, time.Hour}, []Option{WithBurst(1 << 20)}, "limits: invalid limit: a burst of 1048576 at 1 per 1h0m0s takes too long to recover"},
 	} {
 		g, err := NewGCRAFor(tt.l, tt.opts...)
 		if g != nil || !errors.Is(err, ErrInvalidLimit) || err.Error() != tt.want {
@@ -64,7 +64,7 @@ func TestGCRAAccessors(t *testing.T) {
 	if g.Limit() != 7 || g.Period() != time.Minute || g.Burst() != 3 || g.MaxKeys() != 10 || g.Len() != 0 {
 		t.Errorf("accessors: %d %v %d %d %d", g.Limit(), g.Period(), g.Burst(), g.MaxKeys(), g.Len())
 	}
-	if g := NewGCRA(1, time.Second); g.Burst() != 1 || g.MaxKeys() != DefaultMaxKeys {
+	if g := NewGCRA(1, time.Second); g.Burst() != 1 || g.MaxKeys() != defaultMaxKeys {
 		t.Errorf("defaults: burst %d, max keys %d", g.Burst(), g.MaxKeys())
 	}
 }

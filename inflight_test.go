@@ -8,10 +8,10 @@ import (
 )
 
 func TestNewInflightPanics(t *testing.T) {
-	if got, want := mustPanic(t, func() { NewInflightSize(0, 8) }), "limits: hashes must be >= 1, got 0"; got != want {
+	if got, want := mustPanic(t, func() { NewInflight(Sizing{Hashes: 0, Slots: 8}) }), "limits: Sizing.Hashes must be >= 1, got 0"; got != want {
 		t.Errorf("panic %q, want %q", got, want)
 	}
-	if got, want := mustPanic(t, func() { NewInflightSize(4, -1) }), "limits: slots must be >= 1, got -1"; got != want {
+	if got, want := mustPanic(t, func() { NewInflight(Sizing{Hashes: 4, Slots: -1}) }), "limits: Sizing.Slots must be >= 1, got -1"; got != want {
 		t.Errorf("panic %q, want %q", got, want)
 	}
 }
@@ -83,9 +83,6 @@ func TestInflightHashVariants(t *testing.T) {
 	if got := in.Get("k"); got != 3 {
 		t.Errorf("Get = %d, want 3", got)
 	}
-	if got := in.GetHash(in.HashString("k")); got != 3 {
-		t.Errorf("GetHash = %d, want 3", got)
-	}
 	g.Close()
 	if got := in.Get("k"); got != 0 {
 		t.Errorf("Get after Close = %d, want 0", got)
@@ -100,7 +97,7 @@ func TestInflightHashVariants(t *testing.T) {
 // Guards close under the write lock and counts are checked under the read
 // lock, so that no guard the reference counts closes during a check.
 func TestInflightConcurrentPairs(t *testing.T) {
-	in := NewInflightSize(4, 64) // small, so keys share cells
+	in := NewInflight(Sizing{Hashes: 4, Slots: 64}) // small, so keys share cells
 	var mu sync.RWMutex
 	held := map[string]int64{}
 	var wg sync.WaitGroup

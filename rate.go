@@ -47,11 +47,11 @@ import (
 // are observed with n >= 0, and too high by at most e*N/slots with
 // probability 1 - e^-hashes, where N is the number of events in the window.
 // The error grows with the number of distinct keys per window, not with the
-// rate: NewRateSized sizes the windows from the keys expected (see Sizing).
-// A conservative Rate (NewConservativeRate) counts with conservative update
-// (see ConservativeEstimator): in the same memory and for a little more time
-// per call, it over-counts about half as much in a crowded sketch and far
-// less in a roomy one, but cannot take events back.
+// rate: a Sizing sizes the windows from the keys expected. A conservative
+// Rate (Sizing.Conservative) counts with conservative update (see
+// Estimator): in the same memory and for a little more time per call, it
+// over-counts about half as much in a crowded sketch and far less in a
+// roomy one, but cannot take events back.
 type Rate struct {
 	interval     time.Duration
 	start        time.Time
@@ -94,59 +94,27 @@ func ProportionalRate(c RateComponents) float64 {
 }
 
 // NewRate returns a Rate with windows of the given interval, each counted by
-// an Estimator of 4 hashes x 1024 slots (64 KiB in all). It panics if
-// interval <= 0.
-func NewRate(interval time.Duration) *Rate {
-	return NewRateSize(interval, 4, 1024)
-}
-
-// NewRateSize returns a Rate whose two Estimators have the given hashes and
-// slots (see NewEstimator). It panics if interval <= 0, hashes < 1 or
-// slots < 1.
-func NewRateSize(interval time.Duration, hashes, slots int) *Rate {
-	return newRate(interval, hashes, slots, false)
-}
-
-// NewRateSized returns a Rate whose windows are sized by s, with s.Keys and
-// s.Events counted per window (see Sizing.Dims). It panics if interval <= 0
-// or s is not valid.
-func NewRateSized(interval time.Duration, s Sizing) *Rate {
-	hashes, slots := s.mustDims()
-	return newRate(interval, hashes, slots, false)
-}
-
-// NewConservativeRate returns a Rate that counts with conservative update,
-// in windows of hashes x slots (see ConservativeEstimator). It is a Rate like
-// any other, with two differences: estimates are lower (never too low, and,
-// for observations that do not race, never above a plain Rate's), and
-// Observe ignores n <= 0, as a conservative
-// sketch cannot take events back. Observe costs a little more (see the
-// package benchmarks). It panics if interval <= 0, hashes < 1, hashes > 16
-// or slots < 1.
-func NewConservativeRate(interval time.Duration, hashes, slots int) *Rate {
-	return newRate(interval, hashes, slots, true)
-}
-
-// NewConservativeRateSized is NewConservativeRate with windows sized by s,
-// as in NewRateSized. It panics if interval <= 0, s is not valid, or s asks
-// for more than 16 hashes.
-func NewConservativeRateSized(interval time.Duration, s Sizing) *Rate {
-	hashes, slots := s.mustDims()
-	return newRate(interval, hashes, slots, true)
-}
-
-// newRate returns a Rate of the given size and mode.
-func newRate(interval time.Duration, hashes, slots int, conservative bool) *Rate {
+// an Estimator of 4 hashes x 1024 slots (64 KiB in all) unless a Sizing
+// option says otherwise:
+//
+//	limits.NewRate(time.Minute, limits.Sizing{Keys: 50_000})
+//	limits.NewRate(time.Minute, limits.Sizing{Hashes: 4, Slots: 8192, Conservative: true})
+//
+// It panics if interval <= 0, if the Sizing is not valid (check one read
+// from configuration with Sizing.Dims first), or if an option does not
+// apply to a Rate.
+func NewRate(interval time.Duration, opts ...Option) *Rate {
 	if interval <= 0 {
 		panic(fmt.Sprintf("limits: interval must be > 0, got %v", interval))
 	}
-	r := &Rate{interval: interval, seed: maphash.MakeSeed(), conservative: conservative}
-	est := newEstimator
-	if conservative {
-		est = newConservative
+	var o options
+	if err := collect(&o, opts, optSizing, "a Rate"); err != nil {
+		panic("limits: " + err.Error())
 	}
-	r.slots[0] = est(hashes, slots, r.seed)
-	r.slots[1] = est(hashes, slots, r.seed)
+	hashes, slots := o.sizing.size(defaultRateSize)
+	r := &Rate{interval: interval, seed: maphash.MakeSeed(), conservative: o.sizing.Conservative}
+	r.slots[0] = newEstimator(hashes, slots, r.seed)
+	r.slots[1] = newEstimator(hashes, slots, r.seed)
 	chunks := (len(r.slots[0].cells) + clearChunk - 1) / clearChunk
 	r.cleared[0] = make([]atomic.Int64, chunks)
 	r.cleared[1] = make([]atomic.Int64, chunks)
@@ -154,19 +122,20 @@ func newRate(interval time.Duration, hashes, slots int, conservative bool) *Rate
 	return r
 }
 
+// defaultRateSize is the size of a Rate's windows unless a Sizing says
+// otherwise.
+var defaultRateSize = [2]int{4, 1024}
+
 // Interval returns the length of r's windows.
 func (r *Rate) Interval() time.Duration { return r.interval }
 
 // Size returns the memory held by r's counters, in bytes.
 func (r *Rate) Size() int { return r.slots[0].Size() + r.slots[1].Size() }
 
-// Hash returns the hash of key that the Hash variants of r's methods take,
-// for keys held as bytes.
+// Hash returns the hash of a key held as bytes, for ObserveHash:
+// ObserveHash(r.Hash(b), n) counts the same key as Observe(string(b), n),
+// without converting b to a string, which would allocate.
 func (r *Rate) Hash(key []byte) uint64 { return maphash.Bytes(r.seed, key) }
-
-// HashString is Hash for a string key: compute it once to make several
-// calls for the same key.
-func (r *Rate) HashString(key string) uint64 { return maphash.String(r.seed, key) }
 
 // Observe records n events for key in the current window and returns the
 // key's count in that window so far, this call included. An event that races
@@ -174,13 +143,13 @@ func (r *Rate) HashString(key string) uint64 { return maphash.String(r.seed, key
 // ending (see Rate).
 //
 // n == 0 records nothing and returns the current count. A negative n takes
-// back events observed before; estimates may then be too low. A conservative
-// Rate (NewConservativeRate) records nothing for any n <= 0.
+// back events observed before; estimates may then be too low. A
+// conservative Rate (Sizing.Conservative) records nothing for any n <= 0.
 func (r *Rate) Observe(key string, n int64) int64 {
-	return r.ObserveHash(r.HashString(key), n)
+	return r.ObserveHash(maphash.String(r.seed, key), n)
 }
 
-// ObserveHash is Observe for a key already hashed with Hash or HashString.
+// ObserveHash is Observe for a key hashed with Hash.
 func (r *Rate) ObserveHash(h uint64, n int64) int64 {
 	d := r.elapsed()
 	c := r.cur.Load()
@@ -194,7 +163,7 @@ func (r *Rate) ObserveHash(h uint64, n int64) int64 {
 	if r.conservative {
 		return r.slots[c&1].incrConservative(h, n)
 	}
-	return r.slots[c&1].IncrHash(h, n)
+	return r.slots[c&1].add(h, n)
 }
 
 // Rate returns key's rate over the latest completed window, in events per
@@ -202,30 +171,20 @@ func (r *Rate) ObserveHash(h uint64, n int64) int64 {
 // the key saw nothing then, or when that window ended more than an interval
 // ago.
 func (r *Rate) Rate(key string) float64 {
-	return r.RateWithHash(r.HashString(key), windowRate)
+	return windowRate(r.components(maphash.String(r.seed, key)))
 }
 
 // RateWith returns fn applied to key's counts in the current and latest
 // completed windows, for rate estimates of the caller's choosing (see
 // ProportionalRate). It changes nothing.
 func (r *Rate) RateWith(key string, fn func(RateComponents) float64) float64 {
-	return r.RateWithHash(r.HashString(key), fn)
-}
-
-// RateWithHash is RateWith for a key already hashed with Hash or HashString.
-func (r *Rate) RateWithHash(h uint64, fn func(RateComponents) float64) float64 {
-	return fn(r.components(h))
+	return fn(r.components(maphash.String(r.seed, key)))
 }
 
 // Peek returns key's count in the current window so far, without observing
 // anything or changing window.
 func (r *Rate) Peek(key string) int64 {
-	return r.PeekHash(r.HashString(key))
-}
-
-// PeekHash is Peek for a key already hashed with Hash or HashString.
-func (r *Rate) PeekHash(h uint64) int64 {
-	return r.components(h).Curr
+	return r.components(maphash.String(r.seed, key)).Curr
 }
 
 // ResetIn returns the time left until the current window ends, in

@@ -19,8 +19,8 @@ func TestNewRatePanics(t *testing.T) {
 	}{
 		{"zero interval", func() { NewRate(0) }, "limits: interval must be > 0, got 0s"},
 		{"negative interval", func() { NewRate(-time.Second) }, "limits: interval must be > 0, got -1s"},
-		{"zero hashes", func() { NewRateSize(time.Second, 0, 8) }, "limits: hashes must be >= 1, got 0"},
-		{"zero slots", func() { NewRateSize(time.Second, 4, 0) }, "limits: slots must be >= 1, got 0"},
+		{"zero hashes", func() { NewRate(time.Second, Sizing{Hashes: 0, Slots: 8}) }, "limits: Sizing.Hashes must be >= 1, got 0"},
+		{"zero slots", func() { NewRate(time.Second, Sizing{Hashes: 4, Slots: 0}) }, "limits: Sizing.Slots must be >= 1, got 0"},
 	}
 	for _, tt := range tests {
 		if got := mustPanic(t, tt.f); got != tt.want {
@@ -262,7 +262,7 @@ func TestRateStalledClaimer(t *testing.T) {
 // and that the stale counts are gone.
 func TestRateFlipSharedWork(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := NewRateSize(time.Second, 2, 512)
+		r := NewRate(time.Second, Sizing{Hashes: 2, Slots: 512})
 		for i := range 1000 {
 			r.Observe(fmt.Sprintf("k%d", i), 7) // window 0
 		}
@@ -299,7 +299,7 @@ func TestRateFlipSharedWork(t *testing.T) {
 // resumes, its swaps fail and the window's counts survive.
 func TestRateLateZeroingSparesLiveCounts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := NewRateSize(time.Second, 2, 256)
+		r := NewRate(time.Second, Sizing{Hashes: 2, Slots: 256})
 		keys := make([]string, 300)
 		for i := range keys {
 			keys[i] = fmt.Sprintf("k%d", i)
@@ -396,8 +396,10 @@ var rateModes = []struct {
 	name string
 	new  func(iv time.Duration, hashes, slots int) *Rate
 }{
-	{"plain", NewRateSize},
-	{"conservative", NewConservativeRate},
+	{"plain", func(iv time.Duration, hashes, slots int) *Rate { return NewRate(iv, Sizing{Hashes: hashes, Slots: slots}) }},
+	{"conservative", func(iv time.Duration, hashes, slots int) *Rate {
+		return NewRate(iv, Sizing{Hashes: hashes, Slots: slots, Conservative: true})
+	}},
 }
 
 // TestRateAgainstModel drives a Rate and the reference with the same random

@@ -6,11 +6,26 @@ import (
 	"math"
 )
 
-// Sizing states how accurate a count-min sketch must be, in terms a caller
-// knows: how many distinct keys it will count, how far an estimate may be too
-// high, and how often that may fail. Its Dims method turns this into hashes
-// and slots; NewEstimatorSized, NewConservativeEstimatorSized, NewRateSized
-// and NewConservativeRateSized build sketches of that size.
+// Sizing sets the size and the update mode of the count-min sketches under
+// a Rate or an Inflight, and is passed to NewRate and NewInflight as an
+// Option (to NewEstimator, which takes its size as arguments, only for
+// Conservative):
+//
+//	perClient := limits.NewRate(time.Minute, limits.Sizing{Keys: 50_000})
+//	inflight := limits.NewInflight(limits.Sizing{Hashes: 4, Slots: 16384})
+//
+// The size is given outright, with Hashes and Slots, or from how accurate
+// the sketch must be, in terms a caller knows: how many distinct keys it
+// will count (Keys), how far an estimate may be too high (MaxOverFraction,
+// or MaxOver of Events), and how often that may fail (Failure). Dims turns
+// those into hashes and slots, or says why it cannot: check a Sizing read
+// from configuration with Dims before passing it, as constructors panic on
+// an invalid one. A Sizing that gives no size keeps the constructor's
+// default size.
+//
+// Conservative selects conservative update, for counts that only grow: in
+// the same memory a conservative sketch over-counts less, never more (see
+// Estimator).
 //
 // # The bounds
 //
@@ -35,10 +50,16 @@ import (
 // becomes Failure^(-1/d), which is at most e. Both bounds are loose: on real
 // traffic far fewer keys miss the tolerance than Failure allows, and a
 // conservative sketch does better still, as its estimates are never above a
-// plain sketch's (see ConservativeEstimator).
+// plain sketch's.
 //
-// The zero Sizing is not valid: set Keys, a tolerance, or both.
+// The zero Sizing gives no size and selects the plain update: as an Option
+// it changes nothing.
 type Sizing struct {
+	// Hashes and Slots give the size outright: hashes rows of slots
+	// counters each, 8 bytes a counter. Set both, or neither and size the
+	// sketch by the fields below.
+	Hashes, Slots int
+
 	// Keys is the number of distinct keys expected: per window for a Rate,
 	// between two calls of Reset for an Estimator. 0 means unknown; the
 	// size then follows from the tolerance alone. With Keys and no
@@ -62,19 +83,56 @@ type Sizing struct {
 	// Failure is the probability, in (0, 1), that a given key's estimate is
 	// off by more than the tolerance. 0 means 0.02, which gives 4 hashes.
 	Failure float64
+
+	// Conservative counts with conservative update: an increment raises
+	// each of a key's counters only as far as the key's new estimate, and
+	// leaves higher ones, which already hold more from other keys, alone.
+	// Estimates are never lower than the true count and, for increments
+	// that do not race, never above a plain sketch's; a conservative
+	// sketch cannot take counts back, so it ignores increments <= 0, and
+	// holds at most 16 hashes. An Inflight, whose counts go down, cannot
+	// be conservative.
+	Conservative bool
+}
+
+// sized reports whether s gives a size.
+func (s Sizing) sized() bool {
+	return s.Hashes != 0 || s.Slots != 0 || s.Keys != 0 || s.MaxOverFraction != 0 || s.MaxOver != 0 || s.Events != 0 || s.Failure != 0
 }
 
 // defaultFailure is the Failure of a Sizing that leaves it 0: it gives
 // ceil(ln 50) = 4 hashes, the default of NewRate.
 const defaultFailure = 0.02
 
-// Dims returns the hashes and slots of the smallest count-min sketch that
-// meets s (see Sizing for the bounds it relies on), or an error, prefixed
-// "limits: ", when s is not valid or the sketch would take more than
-// 1 GiB (12 million keys counted exactly at the default Failure, 3.5
-// million at a Failure of 1e-6).
-// It allocates nothing unless it fails.
+// Dims returns the hashes and slots s gives, outright or as the smallest
+// count-min sketch that meets its accuracy (see Sizing for the bounds it
+// relies on), or an error, prefixed "limits: ", when s gives no size, is
+// not valid, or asks for a sketch of more than 1 GiB (12 million keys
+// counted exactly at the default Failure, 3.5 million at a Failure of
+// 1e-6) or, Conservative, of more than 16 hashes. It allocates nothing
+// unless it fails.
 func (s Sizing) Dims() (hashes, slots int, err error) {
+	hashes, slots, err = s.dims()
+	if err == nil && s.Conservative && hashes > maxConservativeHashes {
+		return 0, 0, fmt.Errorf("limits: a conservative sketch takes at most %d hashes, got %d", maxConservativeHashes, hashes)
+	}
+	return hashes, slots, err
+}
+
+func (s Sizing) dims() (hashes, slots int, err error) {
+	if s.Hashes != 0 || s.Slots != 0 {
+		switch {
+		case s.Keys != 0 || s.MaxOverFraction != 0 || s.MaxOver != 0 || s.Events != 0 || s.Failure != 0:
+			return 0, 0, errors.New("limits: Sizing takes Hashes and Slots or an accuracy, not both")
+		case s.Hashes < 1:
+			return 0, 0, fmt.Errorf("limits: Sizing.Hashes must be >= 1, got %d", s.Hashes)
+		case s.Slots < 1:
+			return 0, 0, fmt.Errorf("limits: Sizing.Slots must be >= 1, got %d", s.Slots)
+		case s.Hashes > maxCells/s.Slots:
+			return 0, 0, fmt.Errorf("limits: %d hashes x %d slots need more than the 1 GiB a sketch may take", s.Hashes, s.Slots)
+		}
+		return s.Hashes, s.Slots, nil
+	}
 	failure := s.Failure
 	switch {
 	case s.Keys < 0:
@@ -124,19 +182,21 @@ func (s Sizing) Dims() (hashes, slots int, err error) {
 	return int(d), int(w), nil
 }
 
-// mustDims returns s.Dims(), panicking with its error: the constructors that
-// take a Sizing treat an invalid one as a programming error, as NewEstimator
-// does a negative size.
-func (s Sizing) mustDims() (hashes, slots int) {
+// size returns the hashes and slots of a sketch built with s, or def if s
+// gives no size, panicking with Dims's error if s is not valid: the
+// constructors treat an invalid Sizing as a programming error, as
+// NewEstimator does a negative size.
+func (s Sizing) size(def [2]int) (hashes, slots int) {
+	if !s.sized() {
+		hashes, slots = def[0], def[1]
+		if s.Conservative && hashes > maxConservativeHashes {
+			panic(fmt.Sprintf("limits: a conservative sketch takes at most %d hashes, got %d", maxConservativeHashes, hashes))
+		}
+		return hashes, slots
+	}
 	hashes, slots, err := s.Dims()
 	if err != nil {
 		panic(err.Error())
 	}
 	return hashes, slots
-}
-
-// NewEstimatorSized returns an Estimator sized by s (see Sizing.Dims). It
-// panics, with the error Dims returns, if s is not valid.
-func NewEstimatorSized(s Sizing) *Estimator {
-	return NewEstimator(s.mustDims())
 }

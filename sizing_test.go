@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -71,17 +72,21 @@ func TestSizingErrors(t *testing.T) {
 	}
 }
 
-func TestSizedConstructors(t *testing.T) {
+func TestSizingAsOption(t *testing.T) {
 	s := Sizing{Keys: 1000, MaxOverFraction: 0.01} // 4 x 266
 	const want = 4 * 266 * 8
 	tests := []struct {
 		name string
 		size int
 	}{
-		{"NewEstimatorSized", NewEstimatorSized(s).Size()},
-		{"NewConservativeEstimatorSized", NewConservativeEstimatorSized(s).Size()},
-		{"NewRateSized", NewRateSized(time.Second, s).Size() / 2},
-		{"NewConservativeRateSized", NewConservativeRateSized(time.Second, s).Size() / 2},
+		{"NewRate", NewRate(time.Second, s).Size() / 2},
+		{"NewRate, conservative", NewRate(time.Second, Sizing{Keys: 1000, MaxOverFraction: 0.01, Conservative: true}).Size() / 2},
+		{"NewInflight", NewInflight(s).Size()},
+		{"NewRate, outright", NewRate(time.Second, Sizing{Hashes: 4, Slots: 266}).Size() / 2},
+		{"NewInflight, outright", NewInflight(Sizing{Hashes: 4, Slots: 266}).Size()},
+		{"NewRate, default", NewRate(time.Second).Size() / 2 * 266 / 1024},
+		{"NewRate, conservative default", NewRate(time.Second, Sizing{Conservative: true}).Size() / 2 * 266 / 1024},
+		{"NewInflight, default", NewInflight().Size() * 266 / 8192},
 	}
 	for _, tt := range tests {
 		if tt.size != want {
@@ -91,17 +96,46 @@ func TestSizedConstructors(t *testing.T) {
 	bad := Sizing{Keys: 10, Failure: 2}
 	wantMsg := "limits: Sizing.Failure must be in [0, 1), got 2"
 	for name, f := range map[string]func(){
-		"NewEstimatorSized":             func() { NewEstimatorSized(bad) },
-		"NewConservativeEstimatorSized": func() { NewConservativeEstimatorSized(bad) },
-		"NewRateSized":                  func() { NewRateSized(time.Second, bad) },
-		"NewConservativeRateSized":      func() { NewConservativeRateSized(time.Second, bad) },
+		"NewRate":     func() { NewRate(time.Second, bad) },
+		"NewInflight": func() { NewInflight(bad) },
 	} {
 		if got := mustPanic(t, f); got != wantMsg {
 			t.Errorf("%s(%+v) panicked with %q, want %q", name, bad, got, wantMsg)
 		}
 	}
-	if got, want := mustPanic(t, func() { NewRateSized(0, s) }), "limits: interval must be > 0, got 0s"; got != want {
-		t.Errorf("NewRateSized(0, ...) panicked with %q, want %q", got, want)
+	for name, f := range map[string]func(){
+		"limits: WithBurst does not apply to a Rate":        func() { NewRate(time.Second, WithBurst(3)) },
+		"limits: WithMaxKeys does not apply to an Inflight": func() { NewInflight(WithMaxKeys(3)) },
+		"limits: WithBurst does not apply to an Estimator":  func() { NewEstimator(1, 1, WithBurst(3)) },
+		"limits: a Sizing does not apply to a GCRA":         func() { NewGCRA(1, time.Second, s) },
+		"limits: interval must be > 0, got 0s":              func() { NewRate(0, s) },
+	} {
+		if got := mustPanic(t, f); got != name {
+			t.Errorf("panicked with %q, want %q", got, name)
+		}
+	}
+	if _, err := NewGCRAFor(Limit{1, time.Second}, s); !errors.Is(err, ErrInvalidLimit) {
+		t.Errorf("NewGCRAFor with a Sizing: %v", err)
+	}
+}
+
+func TestSizingOutright(t *testing.T) {
+	for _, tt := range []struct {
+		s    Sizing
+		want string
+	}{
+		{Sizing{Hashes: 4}, "limits: Sizing.Slots must be >= 1, got 0"},
+		{Sizing{Slots: 4}, "limits: Sizing.Hashes must be >= 1, got 0"},
+		{Sizing{Hashes: 4, Slots: 8, Keys: 10}, "limits: Sizing takes Hashes and Slots or an accuracy, not both"},
+		{Sizing{Hashes: 17, Slots: 8, Conservative: true}, "limits: a conservative sketch takes at most 16 hashes, got 17"},
+		{Sizing{Hashes: 8, Slots: 1 << 25}, "limits: 8 hashes x 33554432 slots need more than the 1 GiB a sketch may take"},
+	} {
+		if h, w, err := tt.s.Dims(); err == nil || err.Error() != tt.want {
+			t.Errorf("%+v.Dims() = %d, %d, %v; want %q", tt.s, h, w, err, tt.want)
+		}
+	}
+	if h, w, err := (Sizing{Hashes: 3, Slots: 5}).Dims(); h != 3 || w != 5 || err != nil {
+		t.Errorf("Dims of 3 x 5 = %d, %d, %v", h, w, err)
 	}
 }
 
@@ -137,10 +171,11 @@ func TestSizingKeepsItsPromise(t *testing.T) {
 			over := 0
 			const trials = 2
 			for range trials {
-				var c counter = NewEstimatorSized(tt.s)
-				if conservative {
-					c = NewConservativeEstimatorSized(tt.s)
+				h, w, err := tt.s.Dims()
+				if err != nil {
+					t.Fatal(err)
 				}
+				c := NewEstimator(h, w, Sizing{Conservative: conservative})
 				// Increments in rounds, so that keys interleave.
 				left := append([]int64(nil), counts...)
 				for more := true; more; {

@@ -48,7 +48,7 @@ type Config struct {
 	// Rate.Events.
 	Burst int
 	// MaxKeys caps the clients tracked by each local limiter, and by the
-	// per-client concurrency table; 0 means limits.DefaultMaxKeys. A new
+	// per-client concurrency table; 0 means DefaultMaxKeys. A new
 	// client finding a limiter's table full of clients in debt is refused
 	// with 503 and reason table_full.
 	MaxKeys int

@@ -211,10 +211,10 @@ func New(cfg Config) (*Middleware, error) {
 		return nil, fmt.Errorf("httplimit: ForwardedHeader must be X-Forwarded-For, Forwarded or X-Real-IP, got %q", cfg.ForwardedHeader)
 	}
 	if cfg.MaxInFlight > 0 {
-		m.gate = limits.NewGate(cfg.MaxInFlight)
+		m.gate, _ = limits.NewGate(cfg.MaxInFlight) // cannot fail: MaxInFlight > 0
 	}
 	if cfg.MaxInFlightPerClient > 0 {
-		m.slots = front.NewSlots(cfg.MaxInFlightPerClient, cmp0(cfg.MaxKeys, limits.DefaultMaxKeys))
+		m.slots = front.NewSlots(cfg.MaxInFlightPerClient, cmp0(cfg.MaxKeys, DefaultMaxKeys))
 	}
 
 	hasRate := cfg.Rate != limits.Limit{}
@@ -236,7 +236,7 @@ func New(cfg Config) (*Middleware, error) {
 			return nil, fmt.Errorf("httplimit: Rate %v times %d overflows", cfg.Rate, scale)
 		}
 		g, err := limits.NewGCRAFor(limits.Limit{Events: cfg.Rate.Events * scale, Period: cfg.Rate.Period},
-			limits.WithBurst(burst*scale), limits.WithMaxKeys(cmp0(cfg.MaxKeys, limits.DefaultMaxKeys)))
+			limits.WithBurst(burst*scale), limits.WithMaxKeys(cmp0(cfg.MaxKeys, DefaultMaxKeys)))
 		if err != nil {
 			return nil, fmt.Errorf("httplimit: Rate: %w", err)
 		}
@@ -281,6 +281,11 @@ func New(cfg Config) (*Middleware, error) {
 	}
 	return m, nil
 }
+
+// DefaultMaxKeys is the number of clients a local limiter, and the
+// per-client concurrency table, track at most unless Config.MaxKeys says
+// otherwise.
+const DefaultMaxKeys = 1 << 20
 
 // KeylessPolicy names, in responses, the bucket that requests without a
 // caller key share per client address when Config.CallerKey is set.
@@ -383,14 +388,13 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 
 	if m.gate != nil {
-		var err error
 		var ok bool
 		if m.queueWait > 0 {
-			q.permit, err = m.gate.Enter(r.Context(), m.queueWait)
-		} else if q.permit, ok = m.gate.TryEnter(); !ok {
-			err = limits.ErrGateFull
+			q.permit, ok = m.gate.Enter(r.Context(), m.queueWait)
+		} else {
+			q.permit, ok = m.gate.TryEnter()
 		}
-		if err != nil {
+		if !ok {
 			m.n.serverBusy.Add(1)
 			m.refuse(w, r, "", Denial{Status: http.StatusServiceUnavailable, Reason: ReasonServerBusy, RetryAfter: m.busyRetry})
 			return

@@ -209,17 +209,14 @@ func (s size) bytes() int { return s.hashes * s.slots * 8 }
 
 // sketch is what both kinds of sketch offer for counting a workload.
 type sketch interface {
-	HashString(key string) uint64
+	Hash(key []byte) uint64
 	IncrHash(h uint64, delta int64) int64
 	GetHash(h uint64) int64
 }
 
 // newSketch returns a fresh sketch of size s, conservative or plain.
 func newSketch(s size, conservative bool) sketch {
-	if conservative {
-		return limits.NewConservativeEstimator(s.hashes, s.slots)
-	}
-	return limits.NewEstimator(s.hashes, s.slots)
+	return limits.NewEstimator(s.hashes, s.slots, limits.Sizing{Conservative: conservative})
 }
 
 // count replays w into sk, one event at a time, and returns each key's
@@ -227,7 +224,7 @@ func newSketch(s size, conservative bool) sketch {
 func count(sk sketch, w *workload) ([]int64, error) {
 	hs := make([]uint64, len(w.keys))
 	for i, k := range w.keys {
-		hs[i] = sk.HashString(k)
+		hs[i] = sk.Hash([]byte(k))
 	}
 	for _, i := range w.stream {
 		sk.IncrHash(hs[i], 1)

@@ -1,4 +1,8 @@
-package limits
+// Package heavy names the keys with the largest counts, next to the
+// sketches of package limits, which count every key in fixed memory but
+// cannot list them: so that logs and dashboards can say who the top
+// offenders are.
+package heavy
 
 import (
 	"cmp"
@@ -9,12 +13,12 @@ import (
 	"sync/atomic"
 )
 
-// HeavyHitters names the keys with the largest counts, so that logs can say
+// Hitters names the keys with the largest counts, so that logs can say
 // who the top offenders are: a sketch counts keys but cannot list them.
 //
 // It is the second stage of a two-stage filter. The first stage is a sketch
-// (a Rate, Estimator or ConservativeEstimator) that counts every key in
-// fixed memory; its caller passes each estimate to Offer. Keys whose estimate
+// (a limits.Rate or limits.Estimator) that counts every key in fixed
+// memory; its caller passes each estimate to Offer. Keys whose estimate
 // is below the threshold, nearly all of them, cost one comparison and are
 // not remembered. A key whose estimate reaches the threshold enters a small
 // exact table, of at most capacity keys, which keeps its name, the largest
@@ -41,8 +45,8 @@ import (
 //
 // The table counts from its creation or its last Reset: with a Rate, call Top
 // then Reset once per window to name the window's top keys. The zero value is
-// not usable; call NewHeavyHitters.
-type HeavyHitters struct {
+// not usable; call New.
+type Hitters struct {
 	threshold int64
 	capacity  int
 
@@ -61,7 +65,7 @@ type hitter struct {
 	exact    atomic.Int64 // events offered since the key entered
 }
 
-// Hitter is one key of a HeavyHitters table, as Top reports it.
+// Hitter is one key of a Hitters table, as Top reports it.
 type Hitter struct {
 	// Key is the key, copied when it entered the table.
 	Key string
@@ -73,24 +77,24 @@ type Hitter struct {
 	Exact int64
 }
 
-// NewHeavyHitters returns a table that admits keys whose estimate reaches
+// New returns a table that admits keys whose estimate reaches
 // threshold and holds at most capacity of them (about 100 bytes each, plus
 // the key's bytes). It panics if threshold < 1 or capacity < 1.
-func NewHeavyHitters(threshold int64, capacity int) *HeavyHitters {
+func New(threshold int64, capacity int) *Hitters {
 	if threshold < 1 {
-		panic(fmt.Sprintf("limits: threshold must be >= 1, got %d", threshold))
+		panic(fmt.Sprintf("heavy: threshold must be >= 1, got %d", threshold))
 	}
 	if capacity < 1 {
-		panic(fmt.Sprintf("limits: capacity must be >= 1, got %d", capacity))
+		panic(fmt.Sprintf("heavy: capacity must be >= 1, got %d", capacity))
 	}
-	return &HeavyHitters{threshold: threshold, capacity: capacity, table: make(map[string]*hitter, capacity)}
+	return &Hitters{threshold: threshold, capacity: capacity, table: make(map[string]*hitter, capacity)}
 }
 
 // Offer records that n events for key were just counted by the first-stage
 // sketch, which gave estimate as key's count, these events included (what
 // Rate.Observe and Incr return). Keys below the threshold are ignored; see
-// HeavyHitters for what it costs.
-func (hh *HeavyHitters) Offer(key string, estimate, n int64) {
+// Hitters for what it costs.
+func (hh *Hitters) Offer(key string, estimate, n int64) {
 	if estimate < hh.threshold {
 		return
 	}
@@ -122,7 +126,7 @@ func (e *hitter) add(est, n int64) {
 
 // admit enters key in the table, evicting the smallest entry if the table
 // is full and that entry is smaller than estimate.
-func (hh *HeavyHitters) admit(key string, estimate, n int64) {
+func (hh *Hitters) admit(key string, estimate, n int64) {
 	hh.mu.Lock()
 	defer hh.mu.Unlock()
 	if e := hh.table[key]; e != nil { // entered while we waited
@@ -157,7 +161,7 @@ func (hh *HeavyHitters) admit(key string, estimate, n int64) {
 
 // Top returns up to n keys of the table, largest Estimate first (ties:
 // largest Exact, then by key). It allocates the slice it returns.
-func (hh *HeavyHitters) Top(n int) []Hitter {
+func (hh *Hitters) Top(n int) []Hitter {
 	hh.mu.RLock()
 	out := make([]Hitter, 0, len(hh.table))
 	for _, e := range hh.table {
@@ -171,7 +175,7 @@ func (hh *HeavyHitters) Top(n int) []Hitter {
 }
 
 // Len returns the number of keys in the table.
-func (hh *HeavyHitters) Len() int {
+func (hh *Hitters) Len() int {
 	hh.mu.RLock()
 	defer hh.mu.RUnlock()
 	return len(hh.table)
@@ -179,7 +183,7 @@ func (hh *HeavyHitters) Len() int {
 
 // Reset empties the table. Offers that run concurrently may land before or
 // after it.
-func (hh *HeavyHitters) Reset() {
+func (hh *Hitters) Reset() {
 	hh.mu.Lock()
 	clear(hh.table)
 	hh.floor.Store(0)

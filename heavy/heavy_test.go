@@ -1,4 +1,4 @@
-package limits
+package heavy
 
 import (
 	"fmt"
@@ -6,27 +6,44 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/limitsgo/limits"
 )
 
-func TestNewHeavyHittersPanics(t *testing.T) {
+// mustPanic runs f and returns the message of its panic, failing the test
+// if it does not panic.
+func mustPanic(t *testing.T, f func()) (msg string) {
+	t.Helper()
+	defer func() {
+		r := recover()
+		if r == nil {
+			t.Errorf("no panic")
+		}
+		msg = fmt.Sprint(r)
+	}()
+	f()
+	return ""
+}
+
+func TestNewPanics(t *testing.T) {
 	tests := []struct {
 		threshold int64
 		capacity  int
 		want      string
 	}{
-		{0, 10, "limits: threshold must be >= 1, got 0"},
-		{-3, 10, "limits: threshold must be >= 1, got -3"},
-		{5, 0, "limits: capacity must be >= 1, got 0"},
+		{0, 10, "heavy: threshold must be >= 1, got 0"},
+		{-3, 10, "heavy: threshold must be >= 1, got -3"},
+		{5, 0, "heavy: capacity must be >= 1, got 0"},
 	}
 	for _, tt := range tests {
-		if got := mustPanic(t, func() { NewHeavyHitters(tt.threshold, tt.capacity) }); got != tt.want {
-			t.Errorf("NewHeavyHitters(%d, %d) panicked with %q, want %q", tt.threshold, tt.capacity, got, tt.want)
+		if got := mustPanic(t, func() { New(tt.threshold, tt.capacity) }); got != tt.want {
+			t.Errorf("New(%d, %d) panicked with %q, want %q", tt.threshold, tt.capacity, got, tt.want)
 		}
 	}
 }
 
-func TestHeavyHittersTable(t *testing.T) {
-	hh := NewHeavyHitters(10, 2)
+func TestHittersTable(t *testing.T) {
+	hh := New(10, 2)
 	offers := []struct {
 		key             string
 		estimate, n     int64
@@ -76,19 +93,16 @@ func TestHeavyHittersTable(t *testing.T) {
 	}
 }
 
-// TestHeavyHittersAgainstExact runs a skewed stream through a sketch, in
+// TestHittersAgainstExact runs a skewed stream through a sketch, in
 // both modes, and the table, and checks every entry against exact counts: Exact is never
 // above the true count and short of it by less than the threshold, and with
 // room for every key over the threshold, each of them is named.
-func TestHeavyHittersAgainstExact(t *testing.T) {
+func TestHittersAgainstExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, conservative := range []bool{false, true} {
-		var sk counter = NewEstimator(4, 256)
-		if conservative {
-			sk = NewConservativeEstimator(4, 256)
-		}
+		sk := limits.NewEstimator(4, 256, limits.Sizing{Conservative: conservative})
 		const threshold = 200
-		hh := NewHeavyHitters(threshold, 1000)
+		hh := New(threshold, 1000)
 		exact := map[string]int64{}
 		for range 100000 {
 			k := fmt.Sprintf("ip-%d", int(1000/(1+rng.Float64()*999))-1) // skewed over 1000 keys
@@ -114,11 +128,11 @@ func TestHeavyHittersAgainstExact(t *testing.T) {
 	}
 }
 
-// TestHeavyHittersKeepsTheLargest fills a small table with many keys over
+// TestHittersKeepsTheLargest fills a small table with many keys over
 // the threshold and checks that the heaviest keys hold their places.
-func TestHeavyHittersKeepsTheLargest(t *testing.T) {
-	e := NewEstimator(4, 4096)
-	hh := NewHeavyHitters(5, 8)
+func TestHittersKeepsTheLargest(t *testing.T) {
+	e := limits.NewEstimator(4, 4096)
+	hh := New(5, 8)
 	rng := rand.New(rand.NewPCG(1, 1))
 	// Four heavy keys among 500 that each pass the threshold.
 	var stream []string
@@ -149,11 +163,11 @@ func TestHeavyHittersKeepsTheLargest(t *testing.T) {
 	}
 }
 
-// TestHeavyHittersConcurrent offers from many goroutines at once and checks
+// TestHittersConcurrent offers from many goroutines at once and checks
 // that no entry counts more than was offered for its key.
-func TestHeavyHittersConcurrent(t *testing.T) {
-	c := NewConservativeEstimator(4, 64)
-	hh := NewHeavyHitters(50, 4)
+func TestHittersConcurrent(t *testing.T) {
+	c := limits.NewEstimator(4, 64, limits.Sizing{Conservative: true})
+	hh := New(50, 4)
 	var mu sync.Mutex
 	exact := map[string]int64{}
 	var wg sync.WaitGroup
@@ -184,8 +198,8 @@ func TestHeavyHittersConcurrent(t *testing.T) {
 	}
 }
 
-func TestHeavyHittersAllocs(t *testing.T) {
-	hh := NewHeavyHitters(10, 4)
+func TestHittersAllocs(t *testing.T) {
+	hh := New(10, 4)
 	hh.Offer("hot", 10, 1)
 	for i := range 4 {
 		hh.Offer(fmt.Sprint("big", i), 100, 1) // fill the table: hot is out
