@@ -396,7 +396,9 @@ var rateModes = []struct {
 	name string
 	new  func(iv time.Duration, hashes, slots int) *Rate
 }{
-	{"plain", func(iv time.Duration, hashes, slots int) *Rate { return NewRate(iv, Sizing{Hashes: hashes, Slots: slots}) }},
+	{"plain", func(iv time.Duration, hashes, slots int) *Rate {
+		return NewRate(iv, Sizing{Hashes: hashes, Slots: slots})
+	}},
 	{"conservative", func(iv time.Duration, hashes, slots int) *Rate {
 		return NewRate(iv, Sizing{Hashes: hashes, Slots: slots, Conservative: true})
 	}},
