@@ -52,16 +52,28 @@ type Config struct {
 	// client finding a limiter's table full of clients in debt is refused
 	// with 503 and reason table_full.
 	MaxKeys int
-	// Limiter, if set, replaces the local limiter built from Rate, for
-	// instance with one shared by a fleet. It applies its own limit, and
-	// the RateLimit header fields report the policy its Decisions carry;
-	// Rate, Burst and MaxKeys are then not used for the address bucket.
+	// Limiter, if set, decides for the address bucket in place of a local
+	// limiter, for instance one shared by a fleet, such as a
+	// redislimit.GCRA; it applies its own limit, and the RateLimit header
+	// fields report the policy its Decisions carry. If Rate is set too, a
+	// local limiter of Rate is asked first, in this process: a client
+	// already over Rate here is refused without a call to Limiter, which
+	// spares a shared store the traffic of abusive clients. Give it the
+	// shared limit: a client over it in one process is over it in the
+	// fleet, so the local check never refuses what Limiter would allow.
 	Limiter limits.Limiter
-	// LimiterTimeout bounds each call to Limiter or CallerLimiter; past
-	// it, the call counts as failed and OnLimiterError applies. 0 means
-	// 250ms, or Timeout if that is shorter. A local limiter built from
-	// Rate decides in process and is not bounded.
+	// LimiterTimeout bounds each call to Limiter, CallerLimiter or a
+	// route policy's Limiter; past it, the call counts as failed and
+	// OnLimiterError applies. 0 means 250ms, or Timeout if that is
+	// shorter. A local limiter built from Rate decides in process and is
+	// not bounded.
 	LimiterTimeout time.Duration
+	// Cost, if set, returns the cost of a request in the address and
+	// caller key buckets, such as a larger one for an expensive route; nil
+	// means 1. A cost above a bucket's burst is refused with reason
+	// cost_above_burst (429, no Retry-After: waiting cannot help), a
+	// negative one with invalid_cost (500).
+	Cost func(*http.Request) int
 
 	// CallerKey, if set, returns a key the caller chooses, such as a
 	// session cookie or an API key (see CookieKey, HeaderKey), or "" for
@@ -163,87 +175,162 @@ const (
 	HeadersNone
 )
 
-// Environment variables read by LoadEnv.
+// Environment variables read by LoadEnv, with the prefix "LIMITS_". With
+// another prefix, such as "LIMITS_LOGIN_", that prefix replaces "LIMITS_"
+// in each name.
 const (
-	EnvRate           = "LIMITS_RATE"            // Rate, as limits.ParseLimit reads it: "100/min"
-	EnvBurst          = "LIMITS_BURST"           // Burst, an integer >= 1
-	EnvMaxInFlight    = "LIMITS_MAX_INFLIGHT"    // MaxInFlight, an integer >= 1
-	EnvQueueWait      = "LIMITS_QUEUE_WAIT"      // QueueWait, a duration such as "20ms", or 0
-	EnvTimeout        = "LIMITS_TIMEOUT"         // Timeout, a duration such as "10s"
-	EnvMaxKeys        = "LIMITS_MAX_KEYS"        // MaxKeys, an integer >= 1
-	EnvTrustedProxies = "LIMITS_TRUSTED_PROXIES" // TrustedProxies, comma-separated prefixes or addresses
+	EnvRate                 = "LIMITS_RATE"                    // Rate, as limits.ParseLimit reads it: "100/min"
+	EnvBurst                = "LIMITS_BURST"                   // Burst, an integer >= 1
+	EnvMaxKeys              = "LIMITS_MAX_KEYS"                // MaxKeys, an integer >= 1
+	EnvMaxInFlight          = "LIMITS_MAX_INFLIGHT"            // MaxInFlight, an integer >= 1
+	EnvQueueWait            = "LIMITS_QUEUE_WAIT"              // QueueWait, a duration such as "20ms", or 0
+	EnvTimeout              = "LIMITS_TIMEOUT"                 // Timeout, a duration such as "10s"
+	EnvBusyRetryAfter       = "LIMITS_BUSY_RETRY_AFTER"        // BusyRetryAfter, a duration such as "2s"
+	EnvLimiterTimeout       = "LIMITS_LIMITER_TIMEOUT"         // LimiterTimeout, a duration such as "100ms"
+	EnvAddressMultiplier    = "LIMITS_ADDRESS_MULTIPLIER"      // AddressMultiplier, an integer >= 1
+	EnvMaxInFlightPerClient = "LIMITS_MAX_INFLIGHT_PER_CLIENT" // MaxInFlightPerClient, an integer >= 1
+	EnvTrustedProxies       = "LIMITS_TRUSTED_PROXIES"         // TrustedProxies, comma-separated prefixes or addresses
+	EnvForwardedHeader      = "LIMITS_FORWARDED_HEADER"        // ForwardedHeader: X-Forwarded-For, Forwarded or X-Real-IP
+	EnvOnLimiterError       = "LIMITS_ON_LIMITER_ERROR"        // OnLimiterError: fail_closed or fail_open
+	EnvHeaders              = "LIMITS_HEADERS"                 // Headers: ietf, ietf_legacy, legacy or none
+	EnvPolicyName           = "LIMITS_POLICY_NAME"             // PolicyName
 )
 
-// LoadEnv sets the fields of c named by the environment variables Env*
-// that are set, read with lookup (os.LookupEnv if nil). Unset variables
-// leave their fields alone. A value that cannot be parsed, or that would
-// switch a limit off (a zero rate, a negative count), is an error naming
-// the variable: a service should refuse to start rather than run without
-// the limits it was given.
-func (c *Config) LoadEnv(lookup func(string) (string, bool)) error {
+// env reads variables of one prefix for LoadEnv, keeping the first error,
+// which names the variable read.
+type env struct {
+	prefix string
+	lookup func(string) (string, bool)
+	err    error
+}
+
+func newEnv(prefix string, lookup func(string) (string, bool)) *env {
+	if prefix == "" {
+		prefix = "LIMITS_"
+	}
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
-	get := func(name string) (string, bool) {
-		v, ok := lookup(name)
-		return strings.TrimSpace(v), ok
-	}
-	positive := func(name string, dst *int) error {
-		v, ok := get(name)
-		if !ok {
-			return nil
-		}
+	return &env{prefix: prefix, lookup: lookup}
+}
+
+// get returns the value of the variable named, for the prefix "LIMITS_",
+// name, and the name actually read.
+func (e *env) get(name string) (string, string, bool) {
+	name = e.prefix + strings.TrimPrefix(name, "LIMITS_")
+	v, ok := e.lookup(name)
+	return strings.TrimSpace(v), name, ok && e.err == nil
+}
+
+func (e *env) fail(name, v, want string) {
+	e.err = fmt.Errorf("httplimit: %s=%q: want %s", name, v, want)
+}
+
+// integer reads an integer >= 1.
+func (e *env) integer(name string, dst *int) {
+	if v, name, ok := e.get(name); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			return fmt.Errorf("httplimit: %s=%q: want an integer >= 1", name, v)
+			e.fail(name, v, "an integer >= 1")
+			return
 		}
 		*dst = n
-		return nil
 	}
-	duration := func(name string, dst *time.Duration, zero bool) error {
-		v, ok := get(name)
-		if !ok {
-			return nil
-		}
+}
+
+// duration reads a duration > 0, or >= 0 if zero is allowed.
+func (e *env) duration(name string, dst *time.Duration, zero bool) {
+	if v, name, ok := e.get(name); ok {
 		d, err := time.ParseDuration(v)
 		switch {
 		case zero && (err != nil || d < 0):
-			return fmt.Errorf("httplimit: %s=%q: want a duration >= 0, such as 10ms", name, v)
+			e.fail(name, v, "a duration >= 0, such as 10ms")
 		case !zero && (err != nil || d <= 0):
-			return fmt.Errorf("httplimit: %s=%q: want a duration > 0, such as 10s", name, v)
+			e.fail(name, v, "a duration > 0, such as 10s")
+		default:
+			*dst = d
 		}
-		*dst = d
-		return nil
 	}
-	if v, ok := get(EnvRate); ok {
+}
+
+// limit reads a limit as limits.ParseLimit does.
+func (e *env) limit(name string, dst *limits.Limit) {
+	if v, name, ok := e.get(name); ok {
 		l, err := limits.ParseLimit(v)
 		if err != nil {
-			return fmt.Errorf("httplimit: %s: %w", EnvRate, err)
+			e.err = fmt.Errorf("httplimit: %s: %w", name, err)
+			return
 		}
-		c.Rate = l
+		*dst = l
 	}
-	for _, f := range []func() error{
-		func() error { return positive(EnvBurst, &c.Burst) },
-		func() error { return positive(EnvMaxInFlight, &c.MaxInFlight) },
-		func() error { return positive(EnvMaxKeys, &c.MaxKeys) },
-		func() error { return duration(EnvQueueWait, &c.QueueWait, true) },
-		func() error { return duration(EnvTimeout, &c.Timeout, false) },
-	} {
-		if err := f(); err != nil {
-			return err
+}
+
+// choice reads one of the names of choices.
+func (e *env) choice(name string, choices []string, dst func(i int)) {
+	if v, name, ok := e.get(name); ok {
+		for i, c := range choices {
+			if strings.EqualFold(v, c) {
+				dst(i)
+				return
+			}
 		}
+		e.fail(name, v, "one of "+strings.Join(choices, ", "))
 	}
-	if v, ok := get(EnvTrustedProxies); ok {
+}
+
+// LoadEnv sets the fields of c named by the environment variables Env*
+// that are set, read with lookup (os.LookupEnv if nil). prefix replaces
+// "LIMITS_" in their names; "" keeps it. Unset variables leave their
+// fields alone. A value that cannot be parsed, or that would switch a
+// limit off (a zero rate, a negative count), is an error naming the
+// variable read: a service should refuse to start rather than run without
+// the limits it was given.
+func (c *Config) LoadEnv(prefix string, lookup func(string) (string, bool)) error {
+	e := newEnv(prefix, lookup)
+	e.limit(EnvRate, &c.Rate)
+	e.integer(EnvBurst, &c.Burst)
+	e.integer(EnvMaxKeys, &c.MaxKeys)
+	e.integer(EnvMaxInFlight, &c.MaxInFlight)
+	e.duration(EnvQueueWait, &c.QueueWait, true)
+	e.duration(EnvTimeout, &c.Timeout, false)
+	e.duration(EnvBusyRetryAfter, &c.BusyRetryAfter, false)
+	e.duration(EnvLimiterTimeout, &c.LimiterTimeout, false)
+	e.integer(EnvAddressMultiplier, &c.AddressMultiplier)
+	e.integer(EnvMaxInFlightPerClient, &c.MaxInFlightPerClient)
+	if v, name, ok := e.get(EnvTrustedProxies); ok {
 		c.TrustedProxies = c.TrustedProxies[:0:0]
 		for s := range strings.SplitSeq(v, ",") {
 			p, err := parsePrefix(strings.TrimSpace(s))
 			if err != nil {
-				return fmt.Errorf("httplimit: %s=%q: %v", EnvTrustedProxies, v, err)
+				e.err = fmt.Errorf("httplimit: %s=%q: %v", name, v, err)
+				break
 			}
 			c.TrustedProxies = append(c.TrustedProxies, p)
 		}
 	}
-	return nil
+	e.choice(EnvForwardedHeader, []string{"X-Forwarded-For", "Forwarded", "X-Real-IP"}, func(i int) {
+		c.ForwardedHeader = []string{"X-Forwarded-For", "Forwarded", "X-Real-IP"}[i]
+	})
+	e.choice(EnvOnLimiterError, []string{"fail_closed", "fail_open"}, func(i int) { c.OnLimiterError = ErrorPolicy(i) })
+	e.choice(EnvHeaders, []string{"ietf", "ietf_legacy", "legacy", "none"}, func(i int) { c.Headers = HeaderMode(i) })
+	if v, _, ok := e.get(EnvPolicyName); ok {
+		c.PolicyName = v
+	}
+	return e.err
+}
+
+// LoadEnv sets the fields of p named by the variables RATE, BURST and
+// MAX_KEYS after prefix (such as LIMITS_LOGIN_RATE for the prefix
+// "LIMITS_LOGIN_"), as Config.LoadEnv does; prefix must not be empty.
+func (p *Policy) LoadEnv(prefix string, lookup func(string) (string, bool)) error {
+	if prefix == "" {
+		return fmt.Errorf("httplimit: Policy.LoadEnv needs a prefix, such as LIMITS_%s_", strings.ToUpper(p.Name))
+	}
+	e := newEnv(prefix, lookup)
+	e.limit(EnvRate, &p.Rate)
+	e.integer(EnvBurst, &p.Burst)
+	e.integer(EnvMaxKeys, &p.MaxKeys)
+	return e.err
 }
 
 // parsePrefix parses a network prefix, or a single address as the prefix

@@ -263,7 +263,7 @@ func TestResetWithinWindow(t *testing.T) {
 
 func TestLoadEnvZeroQueueWait(t *testing.T) {
 	var c Config
-	err := c.LoadEnv(func(k string) (string, bool) {
+	err := c.LoadEnv("", func(k string) (string, bool) {
 		if k == EnvQueueWait {
 			return "0", true
 		}

@@ -8,10 +8,10 @@ import (
 
 // clientKey returns the key of the client's address bucket: "a:" and its
 // prefix, or "a:invalid" for requests whose address cannot be parsed.
-func (m *Middleware) clientKey(r *http.Request) string {
+func (c *core) clientKey(r *http.Request) string {
 	var buf [64]byte
 	b := append(buf[:0], "a:"...)
-	if p := m.clientIP(r); p.IsValid() {
+	if p := c.clientIP(r); p.IsValid() {
 		b, _ = p.AppendText(b)
 	} else {
 		b = append(b, "invalid"...)
@@ -27,19 +27,19 @@ func (m *Middleware) clientKey(r *http.Request) string {
 // written by parties not trusted. A request whose addresses cannot be
 // parsed is grouped under an invalid prefix, one bucket for all such
 // requests.
-func (m *Middleware) clientIP(r *http.Request) netip.Prefix {
+func (c *core) clientIP(r *http.Request) netip.Prefix {
 	peer := parseHost(r.RemoteAddr)
-	if peer.IsValid() && m.trusted(peer) {
-		if hop, ok := m.forwardedClient(r.Header); ok {
+	if peer.IsValid() && c.trusted(peer) {
+		if hop, ok := c.forwardedClient(r.Header); ok {
 			peer = hop
 		}
 	}
 	if !peer.IsValid() {
 		return netip.Prefix{}
 	}
-	bits := m.ipv6Bits
+	bits := c.ipv6Bits
 	if peer.Is4() {
-		bits = m.ipv4Bits
+		bits = c.ipv4Bits
 	}
 	p, err := peer.Prefix(bits)
 	if err != nil {
@@ -49,8 +49,8 @@ func (m *Middleware) clientIP(r *http.Request) netip.Prefix {
 }
 
 // trusted reports whether a is inside one of the trusted proxy prefixes.
-func (m *Middleware) trusted(a netip.Addr) bool {
-	for _, p := range m.proxies {
+func (c *core) trusted(a netip.Addr) bool {
+	for _, p := range c.proxies {
 		if p.Contains(a) {
 			return true
 		}
@@ -62,11 +62,11 @@ func (m *Middleware) trusted(a netip.Addr) bool {
 // and returns the first address that is not a trusted proxy. It reports
 // false if the header names no address; if the first hop that is not
 // trusted cannot be parsed, the nearest trusted hop stands for the client.
-func (m *Middleware) forwardedClient(h http.Header) (netip.Addr, bool) {
+func (c *core) forwardedClient(h http.Header) (netip.Addr, bool) {
 	var hops []string
-	for _, line := range h.Values(m.forwarded) {
+	for _, line := range h.Values(c.forwarded) {
 		for hop := range strings.SplitSeq(line, ",") {
-			if m.forwarded == "Forwarded" {
+			if c.forwarded == "Forwarded" {
 				hop = forwardedFor(hop)
 			}
 			hops = append(hops, hop)
@@ -78,7 +78,7 @@ func (m *Middleware) forwardedClient(h http.Header) (netip.Addr, bool) {
 		if !a.IsValid() {
 			break
 		}
-		if !m.trusted(a) {
+		if !c.trusted(a) {
 			return a, true
 		}
 		last = a

@@ -62,7 +62,7 @@ func TestClientIP(t *testing.T) {
 		for k, v := range tt.header {
 			r.Header.Set(k, v)
 		}
-		if got := byHeader[tt.read].clientIP(r).String(); got != tt.want {
+		if got := byHeader[tt.read].c.clientIP(r).String(); got != tt.want {
 			t.Errorf("%s: clientIP = %s, want %s", tt.name, got, tt.want)
 		}
 	}
@@ -100,7 +100,7 @@ func TestClientIPPrefixLengths(t *testing.T) {
 		"192.0.2.77:1":        "192.0.2.0/24",
 		"[2001:db8:1:2::9]:1": "2001:db8:1::/48",
 	} {
-		if got := m.clientIP(&http.Request{RemoteAddr: remote}).String(); got != want {
+		if got := m.c.clientIP(&http.Request{RemoteAddr: remote}).String(); got != want {
 			t.Errorf("clientIP(%s) = %s, want %s", remote, got, want)
 		}
 	}
@@ -163,14 +163,14 @@ func FuzzClientIP(f *testing.F) {
 // checkClientIP checks one answer of the key extraction for FuzzClientIP.
 func checkClientIP(t *testing.T, m *Middleware, r *http.Request) {
 	t.Helper()
-	p := m.clientIP(r)
+	p := m.c.clientIP(r)
 	if !p.IsValid() {
 		return
 	}
 	if want := map[bool]int{true: 32, false: 64}[p.Addr().Is4()]; p.Bits() != want || p != p.Masked() {
 		t.Fatalf("clientIP = %s, want a masked /%d", p, want)
 	}
-	if peer := parseHost(r.RemoteAddr); peer.IsValid() && !m.trusted(peer) {
+	if peer := parseHost(r.RemoteAddr); peer.IsValid() && !m.c.trusted(peer) {
 		if want, _ := peer.Prefix(p.Bits()); p != want {
 			t.Fatalf("untrusted peer %s: clientIP = %s, want %s", r.RemoteAddr, p, want)
 		}

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,7 +40,8 @@ const (
 //     (503 server_busy), and a deadline bounds each request (503
 //     request_timeout).
 //  3. Rate: a bucket per client address, then one per caller key if
-//     configured (429 rate_limited).
+//     configured (429 rate_limited), then the policies of the route, if
+//     the Middleware was made by With.
 //  4. Concurrency: a cap on the requests one client address has in
 //     progress (429 concurrency_limited by default).
 //
@@ -58,20 +60,27 @@ const (
 // and the RateLimit-Policy and RateLimit header fields of the policy that
 // refused. Allowed requests carry the fields of every policy applied.
 //
-// A Middleware is safe for concurrent use. Create one with New.
+// A Middleware is safe for concurrent use. Create one with New, and one
+// for a route with With.
 type Middleware struct {
+	c *core
+	// rates are the rate layers m applies, in order: those of New's Config
+	// (the address and caller key buckets), then those of With.
+	rates []*rateLayer
+	// own is how many of rates are m's own routes' policies, at the end.
+	own int
+}
+
+// core is what a Middleware shares with those With makes from it: one gate,
+// one count of requests per client, one set of counters.
+type core struct {
 	exempt    func(*http.Request) bool
 	gate      *limits.Gate
 	queueWait time.Duration
 	timeout   time.Duration
 	busyRetry time.Duration
-
-	// addr is the client address's bucket; caller the caller key's, and
-	// keyless the one that requests without a caller key share per
-	// address.
-	addr, caller, keyless *front.Rate
-	callerKey             func(*http.Request) string
-	onError               ErrorPolicy
+	limTime   time.Duration // bound on each limiter call
+	onError   ErrorPolicy
 
 	proxies            []netip.Prefix
 	forwarded          string // the canonical name of the forwarding header
@@ -84,18 +93,47 @@ type Middleware struct {
 	deny    func(http.ResponseWriter, *http.Request, Denial)
 	logger  *slog.Logger
 
-	n counters
+	// nested is set once With has made a route Middleware: requests then
+	// carry what they were charged, for a route that refuses them.
+	nested atomic.Bool
+	// hasAddr reports whether Config set an address bucket, which route
+	// policies keyed by what the caller chooses need in front of them.
+	hasAddr bool
+
+	n        counters
+	mu       sync.Mutex
+	policies []*rateLayer // every policy of m and of the routes made with With, for Stats
 }
 
-// counters are the Middleware's outcome counters.
+// rateLayer is one rate policy as a Middleware applies it: which bucket a
+// request goes to, and what it costs.
+type rateLayer struct {
+	*front.Rate
+	kind   keyKind
+	key    func(*http.Request) string // the caller-chosen key, for caller and route layers
+	cost   func(*http.Request) int    // nil: 1
+	global bool                       // one of Config's, not a route's
+}
+
+// keyKind says how a rate layer keys its buckets.
+type keyKind uint8
+
+const (
+	byAddress keyKind = iota // the client address: "a:" and its prefix
+	byCaller                 // a caller-chosen key: "c:" and its hash, or "n:" and the address key without one
+	byKeyless                // the bucket that requests without a caller key share per address
+)
+
+// counters are a front end's outcome counters.
 type counters struct {
-	exempt, allowed, rateLimited, serverBusy, requestTimeout,
-	limiterError, tableFull, costAboveBurst, invalidCost,
+	exempt, allowed, serverBusy, requestTimeout,
 	concurrencyLimited, concurrencyTableFull atomic.Uint64
+	rates front.Counts // refusals by the rate layers, by reason
 }
 
-// Stats is a snapshot of a Middleware's counters. It marshals to JSON, so
-// it can be published with expvar:
+// Stats is a snapshot of a Middleware's counters, shared with the route
+// Middlewares made from it by With. It marshals to JSON, so it can be
+// published with expvar:
 //
 //	expvar.Publish("httplimit", expvar.Func(func() any { return m.Stats() }))
 type Stats struct {
@@ -126,7 +164,27 @@ type Stats struct {
 	// clients had requests in progress.
 	ConcurrencyTableFull uint64 `json:"concurrency_table_full"`
 	// Gate holds the gate's counters, if Config.MaxInFlight is set.
-	Gate limits.GateStats `json:"gate"`
+	Gate *limits.GateStats `json:"gate,omitempty"`
+	// Policies holds the counts of each rate policy, in the order they
+	// apply: Config's, then the routes'.
+	Policies []PolicyStats `json:"policies,omitempty"`
+}
+
+// PolicyStats counts the outcomes of one rate policy. A request allowed
+// by a policy and refused by a later layer counts as allowed here.
+type PolicyStats struct {
+	// Name is the policy's name, as in the RateLimit header fields.
+	Name string `json:"name"`
+	// Allowed counts the requests the policy allowed and charged.
+	Allowed uint64 `json:"allowed"`
+	// RateLimited, TableFull, CostAboveBurst and InvalidCost count the
+	// requests it refused, by reason.
+	RateLimited    uint64 `json:"rate_limited"`
+	TableFull      uint64 `json:"table_full"`
+	CostAboveBurst uint64 `json:"cost_above_burst"`
+	InvalidCost    uint64 `json:"invalid_cost"`
+	// LimiterError counts the calls of its limiter that failed.
+	LimiterError uint64 `json:"limiter_error"`
 }
 
 // Denial describes a refusal to Config.Deny.
@@ -154,12 +212,11 @@ type Denial struct {
 // to it. With several such values, the error names the first in the order
 // of Config's fields.
 func New(cfg Config) (*Middleware, error) {
-	m := &Middleware{
+	c := &core{
 		exempt:         cfg.Exempt,
 		queueWait:      cfg.QueueWait,
 		timeout:        cfg.Timeout,
 		busyRetry:      cfg.BusyRetryAfter,
-		callerKey:      cfg.CallerKey,
 		onError:        cfg.OnLimiterError,
 		proxies:        make([]netip.Prefix, len(cfg.TrustedProxies)),
 		ipv4Bits:       cmp0(cfg.IPv4Prefix, 32),
@@ -175,23 +232,55 @@ func New(cfg Config) (*Middleware, error) {
 	}{
 		{"MaxInFlight", int64(cfg.MaxInFlight)}, {"QueueWait", int64(cfg.QueueWait)}, {"Timeout", int64(cfg.Timeout)},
 		{"BusyRetryAfter", int64(cfg.BusyRetryAfter)}, {"Burst", int64(cfg.Burst)}, {"MaxKeys", int64(cfg.MaxKeys)},
-		{"AddressMultiplier", int64(cfg.AddressMultiplier)}, {"MaxInFlightPerClient", int64(cfg.MaxInFlightPerClient)},
-		{"LimiterTimeout", int64(cfg.LimiterTimeout)},
+		{"LimiterTimeout", int64(cfg.LimiterTimeout)}, {"AddressMultiplier", int64(cfg.AddressMultiplier)},
+		{"MaxInFlightPerClient", int64(cfg.MaxInFlightPerClient)},
 	} {
 		if f.v < 0 {
 			return nil, fmt.Errorf("httplimit: %s must not be negative, got %d", f.name, f.v)
 		}
 	}
-	if m.ipv4Bits > 32 || m.ipv4Bits < 0 || m.ipv6Bits > 128 || m.ipv6Bits < 0 {
+	if c.ipv4Bits > 32 || c.ipv4Bits < 0 || c.ipv6Bits > 128 || c.ipv6Bits < 0 {
 		return nil, fmt.Errorf("httplimit: prefix lengths must be within 0-32 (IPv4) and 0-128 (IPv6), got %d and %d", cfg.IPv4Prefix, cfg.IPv6Prefix)
 	}
-	if m.inflightStatus < 400 || m.inflightStatus > 599 {
+	if c.inflightStatus < 400 || c.inflightStatus > 599 {
 		return nil, fmt.Errorf("httplimit: InFlightStatus must be a 4xx or 5xx status, got %d", cfg.InFlightStatus)
 	}
-	m.busyRetry = ceilSecond(m.busyRetry)
-	if m.busyRetry == 0 {
-		m.busyRetry = time.Second
+	if c.onError > FailOpen {
+		return nil, fmt.Errorf("httplimit: OnLimiterError must be FailClosed or FailOpen, got %d", cfg.OnLimiterError)
 	}
+	if c.headers > HeadersNone {
+		return nil, fmt.Errorf("httplimit: Headers must be one of the Headers* modes, got %d", cfg.Headers)
+	}
+	c.busyRetry = ceilSecond(c.busyRetry)
+	if c.busyRetry == 0 {
+		c.busyRetry = time.Second
+	}
+	c.limTime = cfg.LimiterTimeout
+	if c.limTime == 0 {
+		c.limTime = front.DefaultLimiterTimeout
+		if cfg.Timeout > 0 {
+			c.limTime = min(c.limTime, cfg.Timeout)
+		}
+	}
+	for i, p := range cfg.TrustedProxies {
+		c.proxies[i] = p.Masked()
+	}
+	c.forwarded = http.CanonicalHeaderKey(cfg.ForwardedHeader)
+	switch c.forwarded {
+	case "":
+		c.forwarded = "X-Forwarded-For"
+	case "X-Forwarded-For", "Forwarded", "X-Real-Ip":
+	default:
+		return nil, fmt.Errorf("httplimit: ForwardedHeader must be X-Forwarded-For, Forwarded or X-Real-IP, got %q", cfg.ForwardedHeader)
+	}
+	if cfg.MaxInFlight > 0 {
+		c.gate, _ = limits.NewGate(cfg.MaxInFlight) // cannot fail: MaxInFlight > 0
+	}
+	if cfg.MaxInFlightPerClient > 0 {
+		c.slots = front.NewSlots(cfg.MaxInFlightPerClient, cmp0(cfg.MaxKeys, DefaultMaxKeys))
+	}
+	m := &Middleware{c: c}
+
 	policy := cfg.PolicyName
 	if policy == "" {
 		policy = "default"
@@ -199,87 +288,75 @@ func New(cfg Config) (*Middleware, error) {
 	if _, ok := front.SFString(policy); !ok {
 		return nil, fmt.Errorf("httplimit: PolicyName %q must be printable ASCII", cfg.PolicyName)
 	}
-	for i, p := range cfg.TrustedProxies {
-		m.proxies[i] = p.Masked()
-	}
-	m.forwarded = http.CanonicalHeaderKey(cfg.ForwardedHeader)
-	switch m.forwarded {
-	case "":
-		m.forwarded = "X-Forwarded-For"
-	case "X-Forwarded-For", "Forwarded", "X-Real-Ip":
-	default:
-		return nil, fmt.Errorf("httplimit: ForwardedHeader must be X-Forwarded-For, Forwarded or X-Real-IP, got %q", cfg.ForwardedHeader)
-	}
-	if cfg.MaxInFlight > 0 {
-		m.gate, _ = limits.NewGate(cfg.MaxInFlight) // cannot fail: MaxInFlight > 0
-	}
-	if cfg.MaxInFlightPerClient > 0 {
-		m.slots = front.NewSlots(cfg.MaxInFlightPerClient, cmp0(cfg.MaxKeys, DefaultMaxKeys))
-	}
-
 	hasRate := cfg.Rate != limits.Limit{}
 	if hasRate {
 		if err := cfg.Rate.Validate(); err != nil {
 			return nil, fmt.Errorf("httplimit: Rate: %w", err)
 		}
 	}
-	timeout := cfg.LimiterTimeout
-	if timeout == 0 {
-		timeout = front.DefaultLimiterTimeout
-		if cfg.Timeout > 0 {
-			timeout = min(timeout, cfg.Timeout)
-		}
-	}
-	local := func(scale int) (limits.Limiter, error) {
-		burst := cmp0(cfg.Burst, cfg.Rate.Events)
-		if cfg.Rate.Events > math.MaxInt/scale || burst > math.MaxInt/scale {
-			return nil, fmt.Errorf("httplimit: Rate %v times %d overflows", cfg.Rate, scale)
-		}
-		g, err := limits.NewGCRAFor(limits.Limit{Events: cfg.Rate.Events * scale, Period: cfg.Rate.Period},
-			limits.WithBurst(burst*scale), limits.WithMaxKeys(cmp0(cfg.MaxKeys, DefaultMaxKeys)))
-		if err != nil {
-			return nil, fmt.Errorf("httplimit: Rate: %w", err)
-		}
-		return g, nil
-	}
-	rate := func(name string, l limits.Limiter) *front.Rate {
-		r, err := front.NewRate(name, l, timeout)
-		if err != nil {
-			panic(err) // names are checked above
-		}
-		return r
-	}
 	scale := 1
 	addrPolicy := policy
 	if cfg.CallerKey != nil {
 		scale = cmp0(cfg.AddressMultiplier, DefaultAddressMultiplier)
 		addrPolicy = "address"
-		var l limits.Limiter
-		switch {
-		case cfg.CallerLimiter != nil:
-			l = cfg.CallerLimiter
-		case hasRate:
-			var err error
-			if l, err = local(1); err != nil {
-				return nil, err
-			}
-		default:
+	}
+	if cfg.Limiter != nil || hasRate {
+		l, err := c.layer(addrPolicy, cfg.Rate, cfg.Burst, cfg.MaxKeys, cfg.Limiter, scale)
+		if err != nil {
+			return nil, fmt.Errorf("httplimit: Rate: %w", err)
+		}
+		l.kind, l.cost, l.global = byAddress, cfg.Cost, true
+		m.rates = append(m.rates, l)
+		c.hasAddr = true
+	}
+	if cfg.CallerKey != nil {
+		if cfg.CallerLimiter == nil && !hasRate {
 			return nil, errors.New("httplimit: CallerKey needs Rate or CallerLimiter")
 		}
-		m.caller = rate(policy, l)
-		m.keyless = rate(KeylessPolicy, l)
+		l, err := c.layer(policy, cfg.Rate, cfg.Burst, cfg.MaxKeys, cfg.CallerLimiter, 1)
+		if err != nil {
+			return nil, fmt.Errorf("httplimit: Rate: %w", err)
+		}
+		l.kind, l.key, l.cost, l.global = byCaller, cfg.CallerKey, cfg.Cost, true
+		keyless := &rateLayer{Rate: l.Rate.Named(KeylessPolicy), kind: byKeyless, cost: cfg.Cost, global: true}
+		m.rates = append(m.rates, l, keyless)
 	}
-	switch {
-	case cfg.Limiter != nil:
-		m.addr = rate(addrPolicy, cfg.Limiter)
-	case hasRate:
-		l, err := local(scale)
+	c.policies = append(c.policies, m.rates...)
+	return m, nil
+}
+
+// layer builds a rate policy named name: limiter l, in front of which a
+// local GCRA of rate and burst is asked first if rate is set, or, if l is
+// nil, that local GCRA alone. Both the rate and the burst are multiplied
+// by scale.
+func (c *core) layer(name string, rate limits.Limit, burst, maxKeys int, l limits.Limiter, scale int) (*rateLayer, error) {
+	var local *limits.GCRA
+	if rate != (limits.Limit{}) {
+		burst = cmp0(burst, rate.Events)
+		if rate.Events > math.MaxInt/scale || burst > math.MaxInt/scale {
+			return nil, fmt.Errorf("%v times %d overflows", rate, scale)
+		}
+		var err error
+		local, err = limits.NewGCRAFor(limits.Limit{Events: rate.Events * scale, Period: rate.Period},
+			limits.WithBurst(burst*scale), limits.WithMaxKeys(cmp0(maxKeys, DefaultMaxKeys)))
 		if err != nil {
 			return nil, err
 		}
-		m.addr = rate(addrPolicy, l)
 	}
-	return m, nil
+	var r *front.Rate
+	var err error
+	if l == nil {
+		r, err = front.NewRate(name, local, c.limTime)
+	} else {
+		r, err = front.NewRate(name, l, c.limTime)
+		if r != nil {
+			r.Pre = local
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &rateLayer{Rate: r}, nil
 }
 
 // DefaultMaxKeys is the number of clients a local limiter, and the
@@ -307,36 +384,63 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	})
 }
 
-// Stats returns a snapshot of m's counters. Each is read atomically, but
-// not all at one instant.
+// Stats returns a snapshot of m's counters, shared with the Middlewares
+// made from it by With. Each is read atomically, but not all at one
+// instant.
 func (m *Middleware) Stats() Stats {
+	c := m.c
 	s := Stats{
-		Exempt:               m.n.exempt.Load(),
-		Allowed:              m.n.allowed.Load(),
-		RateLimited:          m.n.rateLimited.Load(),
-		ServerBusy:           m.n.serverBusy.Load(),
-		RequestTimeout:       m.n.requestTimeout.Load(),
-		LimiterError:         m.n.limiterError.Load(),
-		TableFull:            m.n.tableFull.Load(),
-		CostAboveBurst:       m.n.costAboveBurst.Load(),
-		InvalidCost:          m.n.invalidCost.Load(),
-		ConcurrencyLimited:   m.n.concurrencyLimited.Load(),
-		ConcurrencyTableFull: m.n.concurrencyTableFull.Load(),
+		Exempt:               c.n.exempt.Load(),
+		Allowed:              c.n.allowed.Load(),
+		RateLimited:          c.n.rates.RateLimited.Load(),
+		ServerBusy:           c.n.serverBusy.Load(),
+		RequestTimeout:       c.n.requestTimeout.Load(),
+		LimiterError:         c.n.rates.LimiterError.Load(),
+		TableFull:            c.n.rates.TableFull.Load(),
+		CostAboveBurst:       c.n.rates.CostAboveBurst.Load(),
+		InvalidCost:          c.n.rates.InvalidCost.Load(),
+		ConcurrencyLimited:   c.n.concurrencyLimited.Load(),
+		ConcurrencyTableFull: c.n.concurrencyTableFull.Load(),
 	}
-	if m.gate != nil {
-		s.Gate = m.gate.Stats()
+	if c.gate != nil {
+		g := c.gate.Stats()
+		s.Gate = &g
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at := map[string]int{}
+	for _, l := range c.policies {
+		// A policy keyed by the caller has a second layer of its name for
+		// requests without a key: one entry for both.
+		i, ok := at[l.Name]
+		if !ok {
+			i = len(s.Policies)
+			at[l.Name] = i
+			s.Policies = append(s.Policies, PolicyStats{Name: l.Name})
+		}
+		p, n := &s.Policies[i], &l.Counts
+		p.Allowed += n.Allowed.Load()
+		p.RateLimited += n.RateLimited.Load()
+		p.TableFull += n.TableFull.Load()
+		p.CostAboveBurst += n.CostAboveBurst.Load()
+		p.InvalidCost += n.InvalidCost.Load()
+		p.LimiterError += n.LimiterError.Load()
 	}
 	return s
 }
 
-// request is what the Middleware holds for one request until its handler
-// returns. It is also the request's context, so that ReleaseCapacity can
-// find it without a context of its own.
+// request is what a Middleware holds for one request until its handler
+// returns. It is also the request's context, so that ReleaseCapacity and
+// the route Middlewares made by With can find it.
 type request struct {
 	context.Context
-	permit limits.Permit
-	slots  *front.Slots
-	client string // counted in slots, if slots is set
+	c       *core
+	permit  limits.Permit
+	slots   *front.Slots
+	client  string         // the address key, counted in slots if slots is set
+	charges []front.Charge // what the rate layers charged, for a later refusal
+	buf     [4]front.Charge
+	counted bool // counted as allowed
 }
 
 type requestKey struct{}
@@ -371,111 +475,187 @@ func ReleaseCapacity(r *http.Request) {
 }
 
 func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Request) {
-	if m.exempt != nil && m.exempt(r) {
-		m.n.exempt.Add(1)
+	c := m.c
+	if q, ok := r.Context().Value(requestKey{}).(*request); ok && q.c == c {
+		// An enclosing Middleware of the same core has applied the global
+		// layers: apply this route's own policies.
+		m.serveRoute(next, w, r, q)
+		return
+	}
+	if c.exempt != nil && c.exempt(r) {
+		c.n.exempt.Add(1)
 		next.ServeHTTP(w, r)
 		return
 	}
 	var q *request // what the request holds, if any layer makes it hold anything
 	handedOff := false
-	if m.gate != nil || m.slots != nil || m.timeout > 0 {
-		q = &request{Context: r.Context()}
+	if c.gate != nil || c.slots != nil || c.timeout > 0 || c.nested.Load() {
+		q = &request{Context: r.Context(), c: c}
+		q.charges = q.buf[:0]
 		defer func() {
 			if !handedOff {
 				q.release()
 			}
 		}()
-	}
-
-	if m.gate != nil {
-		var ok bool
-		if m.queueWait > 0 {
-			q.permit, ok = m.gate.Enter(r.Context(), m.queueWait)
-		} else {
-			q.permit, ok = m.gate.TryEnter()
-		}
-		if !ok {
-			m.n.serverBusy.Add(1)
-			m.refuse(w, r, "", Denial{Status: http.StatusServiceUnavailable, Reason: ReasonServerBusy, RetryAfter: m.busyRetry})
-			return
-		}
 		r = r.WithContext(q)
 	}
 
-	key := ""
-	if m.addr != nil || m.slots != nil || m.caller != nil {
-		key = m.clientKey(r)
+	if c.gate != nil {
+		var ok bool
+		if c.queueWait > 0 {
+			q.permit, ok = c.gate.Enter(r.Context(), c.queueWait)
+		} else {
+			q.permit, ok = c.gate.TryEnter()
+		}
+		if !ok {
+			c.n.serverBusy.Add(1)
+			c.refuse(w, r, "", Denial{Status: http.StatusServiceUnavailable, Reason: ReasonServerBusy, RetryAfter: c.busyRetry})
+			return
+		}
 	}
-	var charges [2]front.Charge
-	n, ok := m.limit(w, r, key, &charges)
+
+	addr := ""
+	if len(m.rates) > 0 || c.slots != nil {
+		addr = c.clientKey(r)
+	}
+	if q == nil {
+		// Nothing to hold: the charges live on this goroutine's stack.
+		if m.admit(w, r, addr) {
+			c.n.allowed.Add(1)
+			next.ServeHTTP(w, r)
+		}
+		return
+	}
+	charges, ok := m.limit(w, r, addr, m.rates, q.charges)
 	if !ok {
 		return
 	}
-	if m.slots != nil {
-		if reason := m.slots.Acquire(key); reason != "" {
-			m.refund(r, charges[:n])
-			status := m.inflightStatus
+	if c.slots != nil {
+		if reason := c.slots.Acquire(addr); reason != "" {
+			c.refund(r, charges)
+			status := c.inflightStatus
 			if reason == ReasonConcurrencyTableFull {
-				m.n.concurrencyTableFull.Add(1)
+				c.n.concurrencyTableFull.Add(1)
 				status = http.StatusServiceUnavailable
 			} else {
-				m.n.concurrencyLimited.Add(1)
+				c.n.concurrencyLimited.Add(1)
 			}
-			m.refuse(w, r, key, Denial{Status: status, Reason: reason, RetryAfter: m.busyRetry})
+			c.refuse(w, r, addr, Denial{Status: status, Reason: reason, RetryAfter: c.busyRetry})
 			return
 		}
-		q.slots, q.client = m.slots, key
+		q.slots = c.slots
 	}
+	q.client, q.charges, q.counted = addr, charges, true
 
-	m.setRateHeaders(w.Header(), charges[:n])
-	m.n.allowed.Add(1)
-	if m.timeout > 0 {
+	c.setRateHeaders(w.Header(), charges)
+	c.n.allowed.Add(1)
+	if c.timeout > 0 {
 		handedOff = true
-		m.serveWithTimeout(next, w, r, q)
+		c.serveWithTimeout(next, w, r, q)
 		return
 	}
 	next.ServeHTTP(w, r)
 }
 
-// limit applies the rate layer: the address bucket first, as the client
-// cannot choose it, then the caller key's bucket (or, for a request
-// without one, the bucket keyless requests share per address). It records
-// what each charged in charges and returns how many did. If either
-// refuses, it gives back what the other charged, writes the refusal and
-// returns false.
-func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, addrKey string, charges *[2]front.Charge) (int, bool) {
-	n := 0
-	if m.addr != nil {
-		c, ok := m.take(w, r, m.addr, addrKey, charges[:n])
-		if !ok {
-			return 0, false
-		}
-		if c.Rate != nil {
-			charges[n] = c
-			n++
-		}
+// admit applies the rate layers to a request that holds nothing else, and
+// sets its rate limit headers if they allow it.
+func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, addr string) bool {
+	var buf [4]front.Charge
+	charges, ok := m.limit(w, r, addr, m.rates, buf[:0])
+	if ok {
+		m.c.setRateHeaders(w.Header(), charges)
 	}
-	if m.caller != nil {
-		rate, key := m.caller, ""
-		if ck := m.callerKey(r); ck != "" {
-			key = callerBucket(ck)
-		} else {
-			rate, key = m.keyless, "n:"+addrKey
-		}
-		c, ok := m.take(w, r, rate, key, charges[:n])
-		if !ok {
-			return 0, false
-		}
-		if c.Rate != nil {
-			charges[n] = c
-			n++
-		}
-	}
-	return n, true
+	return ok
 }
 
-// callerBucket returns the caller bucket's key for a caller key: a hash of
-// it, so that session tokens and API keys never reach a limiter (or a
+// serveRoute applies a route Middleware's own policies to a request that
+// an enclosing Middleware of the same core let through, and refuses it,
+// giving back everything it was charged, if one of them refuses.
+func (m *Middleware) serveRoute(next http.Handler, w http.ResponseWriter, r *http.Request, q *request) {
+	c := m.c
+	charges, ok := m.limit(w, r, q.client, m.rates[len(m.rates)-m.own:], q.charges)
+	if !ok {
+		q.charges = q.charges[:0] // given back
+		if q.counted {
+			c.n.allowed.Add(^uint64(0)) // refused after all
+			q.counted = false
+		}
+		return
+	}
+	q.charges = charges
+	c.setRateHeaders(w.Header(), charges)
+	next.ServeHTTP(w, r)
+}
+
+// limit applies rate layers to a request from the client address key addr,
+// appending what each charges to charges, which holds what earlier layers
+// charged. If one refuses, it gives back everything charges holds, writes
+// the refusal and returns false.
+func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, addr string, layers []*rateLayer, charges []front.Charge) ([]front.Charge, bool) {
+	c := m.c
+	for i := 0; i < len(layers); i++ {
+		l := layers[i]
+		key := addr
+		switch l.kind {
+		case byCaller:
+			if ck := l.key(r); ck != "" {
+				key = callerBucket(ck)
+			} else {
+				i++ // the keyless bucket, next in line, instead
+				l, key = layers[i], "n:"+addr
+			}
+		case byKeyless:
+			continue // taken instead of the caller key's, above
+		}
+		n := 1
+		if l.cost != nil {
+			n = l.cost(r)
+		}
+		ch, err := l.Take(r.Context(), key, n)
+		if err != nil {
+			l.Counts.Add(ReasonLimiterError)
+			c.n.rates.Add(ReasonLimiterError)
+			if c.onError == FailOpen {
+				c.log(r, "httplimit: limiter failed; request served", ReasonLimiterError, key, err)
+				continue
+			}
+			c.refund(r, charges)
+			c.refuse(w, r, key, Denial{Status: http.StatusServiceUnavailable, Reason: ReasonLimiterError, RetryAfter: c.busyRetry, Policy: l.Name, Err: err})
+			return nil, false
+		}
+		d := ch.Dec
+		if d.Allowed {
+			l.Counts.Add("")
+			charges = append(charges, ch)
+			continue
+		}
+		c.refund(r, charges)
+		reason := front.ReasonOf(d)
+		l.Counts.Add(reason)
+		c.n.rates.Add(reason)
+		refused := d // a copy for the Denial, made only on this path
+		den := Denial{Reason: reason, Decision: &refused, Policy: l.Name}
+		switch reason {
+		case ReasonRateLimited:
+			den.Status, den.RetryAfter = http.StatusTooManyRequests, max(ceilSecond(d.RetryAfter), time.Second)
+		case ReasonTableFull:
+			den.Status, den.RetryAfter = http.StatusServiceUnavailable, c.busyRetry
+		case ReasonCostAboveBurst:
+			den.Status = http.StatusTooManyRequests
+		case ReasonInvalidCost:
+			den.Status = http.StatusInternalServerError
+		default: // unavailable, from a limiter that said so without an error
+			den.Status, den.RetryAfter = http.StatusServiceUnavailable, c.busyRetry
+		}
+		c.setRefusalHeaders(w.Header(), l.Item, d, reason)
+		c.refuse(w, r, key, den)
+		return nil, false
+	}
+	return charges, true
+}
+
+// callerBucket returns the bucket's key for a key the caller chose: a hash
+// of it, so that session tokens and API keys never reach a limiter (or a
 // shared store) in clear, and their length is fixed.
 func callerBucket(callerKey string) string {
 	sum := sha256.Sum256([]byte(callerKey))
@@ -485,63 +665,14 @@ func callerBucket(callerKey string) string {
 	return string(buf[:])
 }
 
-// take asks rate's limiter about the request for key. If it allows, take
-// returns what it charged (nothing, with a nil Rate, when the limiter
-// failed and the policy is FailOpen) and true. If it refuses or fails and
-// the policy is FailClosed, take gives back the earlier charges, writes
-// the refusal and returns false.
-func (m *Middleware) take(w http.ResponseWriter, r *http.Request, rate *front.Rate, key string, earlier []front.Charge) (front.Charge, bool) {
-	d, err := rate.Take(r.Context(), key, 1)
-	if err != nil {
-		m.n.limiterError.Add(1)
-		if m.onError == FailOpen {
-			m.log(r, "httplimit: limiter failed; request served", ReasonLimiterError, key, err)
-			return front.Charge{}, true
-		}
-		m.refund(r, earlier)
-		m.refuse(w, r, key, Denial{Status: http.StatusServiceUnavailable, Reason: ReasonLimiterError, RetryAfter: m.busyRetry, Err: err})
-		return front.Charge{}, false
-	}
-	if d.Allowed {
-		return front.Charge{Rate: rate, Key: key, Dec: d}, true
-	}
-	m.refund(r, earlier)
-	refused := d // a copy for the Denial, made only on this path
-	den := Denial{Reason: front.ReasonOf(d), Decision: &refused, Policy: rate.Name}
-	switch den.Reason {
-	case ReasonRateLimited:
-		m.n.rateLimited.Add(1)
-		den.Status, den.RetryAfter = http.StatusTooManyRequests, ceilSecond(d.RetryAfter)
-		if den.RetryAfter == 0 {
-			den.RetryAfter = time.Second // a limiter's refusal with no wait: never 0
-		}
-	case ReasonTableFull:
-		m.n.tableFull.Add(1)
-		den.Status, den.RetryAfter = http.StatusServiceUnavailable, m.busyRetry
-	case ReasonCostAboveBurst:
-		m.n.costAboveBurst.Add(1)
-		den.Status = http.StatusTooManyRequests
-	case ReasonInvalidCost:
-		m.n.invalidCost.Add(1)
-		den.Status = http.StatusInternalServerError
-	default: // unavailable, from a limiter that said so without an error
-		m.n.limiterError.Add(1)
-		den.Status, den.RetryAfter = http.StatusServiceUnavailable, m.busyRetry
-	}
-	m.setRefusalHeaders(w.Header(), rate, d, den.Reason)
-	m.refuse(w, r, key, den)
-	return front.Charge{}, false
-}
-
 // refund gives back what charges charged, latest first. It runs even if
 // the client has gone, within each limiter's timeout; a refund that fails
 // leaves the charge in place.
-func (m *Middleware) refund(r *http.Request, charges []front.Charge) {
+func (c *core) refund(r *http.Request, charges []front.Charge) {
 	ctx := context.WithoutCancel(r.Context())
 	for i := len(charges) - 1; i >= 0; i-- {
-		c := charges[i]
-		if err := c.Rate.Refund(ctx, c.Key, c.Dec); err != nil {
-			m.log(r, "httplimit: refund failed; the charge stays", ReasonLimiterError, c.Key, err)
+		if err := charges[i].Refund(ctx); err != nil {
+			c.log(r, "httplimit: refund failed; the charge stays", ReasonLimiterError, charges[i].Key, err)
 		}
 	}
 }

@@ -298,8 +298,8 @@ func TestTimeoutPanic(t *testing.T) {
 		}()
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
 	}()
-	if s := m.Stats(); s.Gate.InFlight != 0 || m.slots.Len() != 0 {
-		t.Errorf("after a panic: %+v, per client %d", s, m.slots.Len())
+	if s := m.Stats(); s.Gate.InFlight != 0 || m.c.slots.Len() != 0 {
+		t.Errorf("after a panic: %+v, per client %d", s, m.c.slots.Len())
 	}
 }
 
@@ -343,9 +343,9 @@ func TestAbortedAndPanickingRequestsRelease(t *testing.T) {
 	}
 	wg.Wait()
 	deadline := time.Now().Add(10 * time.Second)
-	for m.Stats().Gate.InFlight != 0 || m.slots.Len() != 0 {
+	for m.Stats().Gate.InFlight != 0 || m.c.slots.Len() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("counts not released: %+v, per client %d", m.Stats(), m.slots.Len())
+			t.Fatalf("counts not released: %+v, per client %d", m.Stats(), m.c.slots.Len())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -695,7 +695,7 @@ func TestLoadEnv(t *testing.T) {
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	var c Config
-	if err := c.LoadEnv(lookup); err != nil {
+	if err := c.LoadEnv("", lookup); err != nil {
 		t.Fatal(err)
 	}
 	if c.Rate != (limits.Limit{Events: 100, Period: time.Minute}) || c.Burst != 20 || c.MaxInFlight != 64 ||
@@ -711,7 +711,7 @@ func TestLoadEnv(t *testing.T) {
 		EnvTimeout: "0s", EnvMaxKeys: "many", EnvTrustedProxies: "10.0.0.0/8,nope",
 	} {
 		c := Config{}
-		err := c.LoadEnv(func(k string) (string, bool) {
+		err := c.LoadEnv("", func(k string) (string, bool) {
 			if k == name {
 				return bad, true
 			}
@@ -722,7 +722,7 @@ func TestLoadEnv(t *testing.T) {
 		}
 	}
 	c = Config{MaxInFlight: 7}
-	if err := c.LoadEnv(func(string) (string, bool) { return "", false }); err != nil || c.MaxInFlight != 7 {
+	if err := c.LoadEnv("", func(string) (string, bool) { return "", false }); err != nil || c.MaxInFlight != 7 {
 		t.Errorf("unset variables changed the config: %+v, %v", c, err)
 	}
 }

@@ -43,13 +43,13 @@ var details = map[string]string{
 
 // refuse counts nothing: it sets Retry-After (unless d has none), logs the
 // refusal and writes the response, with Config.Deny if set.
-func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, key string, d Denial) {
+func (c *core) refuse(w http.ResponseWriter, r *http.Request, key string, d Denial) {
 	if d.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.FormatInt(seconds(d.RetryAfter), 10))
 	}
-	m.log(r, "httplimit: request refused", d.Reason, key, d.Err)
-	if m.deny != nil {
-		m.deny(w, r, d)
+	c.log(r, "httplimit: request refused", d.Reason, key, d.Err)
+	if c.deny != nil {
+		c.deny(w, r, d)
 		return
 	}
 	p := problem{
@@ -86,8 +86,8 @@ type rateItem struct {
 // setRateHeaders sets the rate limit headers of the selected mode for an
 // allowed request, with the decisions of every policy that charged it: t
 // is the time until each bucket is full again.
-func (m *Middleware) setRateHeaders(h http.Header, charges []front.Charge) {
-	if len(charges) == 0 || m.headers == HeadersNone {
+func (c *core) setRateHeaders(h http.Header, charges []front.Charge) {
+	if len(charges) == 0 || c.headers == HeadersNone {
 		return
 	}
 	var buf [4]rateItem
@@ -95,23 +95,30 @@ func (m *Middleware) setRateHeaders(h http.Header, charges []front.Charge) {
 	for _, c := range charges {
 		items = append(items, rateItem{name: c.Rate.Item, d: c.Dec, state: true, t: c.Dec.ResetAfter})
 	}
-	m.writeRateHeaders(h, items)
+	c.writeRateHeaders(h, items)
 }
 
+// rateHeaders are the header fields setRateHeaders may set.
+var rateHeaders = [...]string{"Ratelimit-Policy", "Ratelimit", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"}
+
 // setRefusalHeaders sets the rate limit headers for a request refused by
-// rate with Decision d, for the given reason: the refusing policy only,
-// with t the wait Retry-After gives for rate_limited, the time until the
-// bucket is full again for refusals waiting cannot cure, and no state for
-// a refusal that knows none (a full table, an unavailable limiter).
-func (m *Middleware) setRefusalHeaders(h http.Header, rate *front.Rate, d limits.Decision, reason string) {
-	if m.headers == HeadersNone || reason == ReasonLimiterError {
+// the policy quoted as item, with Decision d, for the given reason: the
+// refusing policy only, in place of any an earlier layer set, with t the
+// wait Retry-After gives for rate_limited, the time until the bucket is
+// full again for refusals waiting cannot cure, and no state for a refusal
+// that knows none (a full table, an unavailable limiter).
+func (c *core) setRefusalHeaders(h http.Header, item string, d limits.Decision, reason string) {
+	for _, k := range rateHeaders {
+		delete(h, k)
+	}
+	if c.headers == HeadersNone || reason == ReasonLimiterError {
 		return
 	}
-	it := rateItem{name: rate.Item, d: d, state: reason != ReasonTableFull, t: d.ResetAfter}
+	it := rateItem{name: item, d: d, state: reason != ReasonTableFull, t: d.ResetAfter}
 	if reason == ReasonRateLimited {
 		it.t = d.RetryAfter
 	}
-	m.writeRateHeaders(h, []rateItem{it})
+	c.writeRateHeaders(h, []rateItem{it})
 }
 
 // writeRateHeaders sets the header fields of the selected mode for items.
@@ -120,14 +127,14 @@ func (m *Middleware) setRefusalHeaders(h http.Header, rate *front.Rate, d limits
 // seconds (rounded up; at least 1), r the requests left and t the item's
 // t in whole seconds, rounded up. The legacy headers report the item with
 // the fewest requests left.
-func (m *Middleware) writeRateHeaders(h http.Header, items []rateItem) {
+func (c *core) writeRateHeaders(h http.Header, items []rateItem) {
 	// Every value is built in one buffer and cut from one string.
 	var buf [256]byte
 	b := buf[:0]
 	var ends [5]int
 	var keys [5]string
 	nv := 0
-	if m.headers != HeadersLegacy {
+	if c.headers != HeadersLegacy {
 		b = appendItems(b, items, false)
 		ends[nv], keys[nv] = len(b), "Ratelimit-Policy"
 		nv++
@@ -137,7 +144,7 @@ func (m *Middleware) writeRateHeaders(h http.Header, items []rateItem) {
 			nv++
 		}
 	}
-	if m.headers == HeadersIETFAndLegacy || m.headers == HeadersLegacy {
+	if c.headers == HeadersIETFAndLegacy || c.headers == HeadersLegacy {
 		it := items[0]
 		for _, e := range items[1:] {
 			if e.d.Remaining < it.d.Remaining {
@@ -205,8 +212,8 @@ func seconds(d time.Duration) int64 {
 // log records a refusal or a limiter error, if a Logger is set. The key is
 // logged only as a short hash, enough to tell clients apart in the logs
 // without revealing session tokens or API keys.
-func (m *Middleware) log(r *http.Request, msg, reason, key string, err error) {
-	if m.logger == nil {
+func (c *core) log(r *http.Request, msg, reason, key string, err error) {
+	if c.logger == nil {
 		return
 	}
 	attrs := []slog.Attr{
@@ -223,5 +230,5 @@ func (m *Middleware) log(r *http.Request, msg, reason, key string, err error) {
 		level = slog.LevelError
 		attrs = append(attrs, slog.String("error", err.Error()))
 	}
-	m.logger.LogAttrs(r.Context(), level, msg, attrs...)
+	c.logger.LogAttrs(r.Context(), level, msg, attrs...)
 }

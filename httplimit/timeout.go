@@ -16,8 +16,8 @@ import (
 // context is cancelled. Either way q, the request's place in the gate and
 // its per-client count, is released only when the handler has returned:
 // until then it still uses the capacity they stand for.
-func (m *Middleware) serveWithTimeout(next http.Handler, w http.ResponseWriter, r *http.Request, q *request) {
-	ctx, cancel := context.WithTimeout(r.Context(), m.timeout)
+func (c *core) serveWithTimeout(next http.Handler, w http.ResponseWriter, r *http.Request, q *request) {
+	ctx, cancel := context.WithTimeout(r.Context(), c.timeout)
 	defer cancel()
 	tw := &timeoutWriter{h: make(http.Header)}
 	// done carries the handler's panic, or nil when it returns: one channel,
@@ -49,8 +49,8 @@ func (m *Middleware) serveWithTimeout(next http.Handler, w http.ResponseWriter, 
 		if !errors.Is(ctx.Err(), context.DeadlineExceeded) || r.Context().Err() != nil {
 			return // the client went away: nobody to answer
 		}
-		m.n.requestTimeout.Add(1)
-		m.refuse(w, r, "", Denial{Status: http.StatusServiceUnavailable, Reason: ReasonRequestTimeout, RetryAfter: m.busyRetry})
+		c.n.requestTimeout.Add(1)
+		c.refuse(w, r, "", Denial{Status: http.StatusServiceUnavailable, Reason: ReasonRequestTimeout, RetryAfter: c.busyRetry})
 	}
 }
 

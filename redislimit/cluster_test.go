@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitsgo/limits/httplimit"
+	"github.com/limitsgo/limits"
 	"github.com/limitsgo/limits/internal/limitertest"
 	"github.com/limitsgo/limits/redislimit/redistest"
 	"github.com/redis/go-redis/v9"
@@ -26,13 +26,13 @@ func TestCluster(t *testing.T) {
 	if !honorsContext(c) {
 		t.Error("a ClusterClient with ContextTimeoutEnabled is not seen as bounding its I/O by the context")
 	}
-	limitertest.Run(t, time.Microsecond, func(t *testing.T, limit int, period time.Duration, burst int) httplimit.Limiter {
-		return New(c, limit, period, WithBurst(burst), WithPrefix(freshPrefix()), WithTimeout(10*time.Second))
+	limitertest.Run(t, time.Microsecond, func(t *testing.T, limit int, period time.Duration, burst int) limits.Limiter {
+		return must(New(c, limit, period, WithBurst(burst), WithPrefix(freshPrefix()), WithTimeout(10*time.Second)))
 	})
 
 	ctx := context.Background()
-	spread := New(c, 10, time.Hour, WithPrefix(freshPrefix()))
-	tagged := New(c, 10, time.Hour, WithPrefix(freshPrefix()), WithHashTag())
+	spread := must(New(c, 10, time.Hour, WithPrefix(freshPrefix())))
+	tagged := must(New(c, 10, time.Hour, WithPrefix(freshPrefix()), WithHashTag()))
 	for i := range 32 {
 		for _, g := range []*GCRA{spread, tagged} {
 			if d, err := g.Allow(ctx, fmt.Sprint("client-", i)); err != nil || !d.Allowed {

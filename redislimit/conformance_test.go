@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitsgo/limits/httplimit"
+	"github.com/limitsgo/limits"
 	"github.com/limitsgo/limits/internal/limitertest"
 	"github.com/limitsgo/limits/redislimit/redistest"
 )
@@ -26,9 +26,9 @@ func TestConformance(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newClient(t, srv.Addr(), tt.contextTimeout)
-			limitertest.Run(t, time.Microsecond, func(t *testing.T, limit int, period time.Duration, burst int) httplimit.Limiter {
+			limitertest.Run(t, time.Microsecond, func(t *testing.T, limit int, period time.Duration, burst int) limits.Limiter {
 				opts := append([]Option{WithBurst(burst), WithPrefix(freshPrefix()), WithTimeout(10 * time.Second)}, tt.opts...)
-				return New(c, limit, period, opts...)
+				return must(New(c, limit, period, opts...))
 			})
 		})
 	}

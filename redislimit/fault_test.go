@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,43 +36,46 @@ func policyCases() []down {
 	const h = time.Hour
 	return []down{
 		{
-			name: "FailClosed", opt: func(*limits.GCRA) Option { return FailClosed() }, wantErr: true,
+			name: "FailClosed", opt: func(*limits.GCRA) Option { return OnError(FailClosed) }, wantErr: true,
 			unit: []limits.Decision{
-				{Reason: limits.ReasonUnavailable, Limit: 10, Period: h, Burst: 3},
-				{Reason: limits.ReasonUnavailable, Limit: 10, Period: h, Burst: 3},
-				{Reason: limits.ReasonUnavailable, Limit: 10, Period: h, Burst: 3},
+				{Reason: limits.ReasonUnavailable, Limit: 10, Period: h, Burst: 3, Cost: 1},
+				{Reason: limits.ReasonUnavailable, Limit: 10, Period: h, Burst: 3, Cost: 1},
+				{Reason: limits.ReasonUnavailable, Limit: 10, Period: h, Burst: 3, Cost: 1},
 			},
-			above: limits.Decision{Reason: limits.ReasonCostAboveBurst, Limit: 10, Period: h, Burst: 3},
-			peek:  limits.Decision{Reason: limits.ReasonUnavailable, Limit: 10, Period: h, Burst: 3},
+			above: limits.Decision{Reason: limits.ReasonCostAboveBurst, Limit: 10, Period: h, Burst: 3, Cost: 4},
+			peek:  limits.Decision{Reason: limits.ReasonUnavailable, Limit: 10, Period: h, Burst: 3, Cost: 1},
 		},
 		{
-			name: "FailOpen", opt: func(*limits.GCRA) Option { return FailOpen() },
+			name: "FailOpen", opt: func(*limits.GCRA) Option { return OnError(FailOpen) },
 			unit: []limits.Decision{
-				{Allowed: true, Limit: 10, Period: h, Burst: 3},
-				{Allowed: true, Limit: 10, Period: h, Burst: 3},
-				{Allowed: true, Limit: 10, Period: h, Burst: 3},
+				{Allowed: true, Limit: 10, Period: h, Burst: 3, Cost: 1},
+				{Allowed: true, Limit: 10, Period: h, Burst: 3, Cost: 1},
+				{Allowed: true, Limit: 10, Period: h, Burst: 3, Cost: 1},
 			},
-			above: limits.Decision{Reason: limits.ReasonCostAboveBurst, Limit: 10, Period: h, Burst: 3},
-			peek:  limits.Decision{Allowed: true, Limit: 10, Period: h, Burst: 3},
+			above: limits.Decision{Reason: limits.ReasonCostAboveBurst, Limit: 10, Period: h, Burst: 3, Cost: 4},
+			peek:  limits.Decision{Allowed: true, Limit: 10, Period: h, Burst: 3, Cost: 1},
 		},
 		{
-			name: "Fallback", opt: Fallback,
+			name: "Fallback", opt: WithFallback,
 			unit: []limits.Decision{
-				{Allowed: true, Limit: 10, Period: h, Burst: 2, Remaining: 1, ResetAfter: 6 * time.Minute},
-				{Allowed: true, Limit: 10, Period: h, Burst: 2, Remaining: 0, ResetAfter: 12 * time.Minute},
-				{Reason: limits.ReasonRateLimited, Limit: 10, Period: h, Burst: 2, RetryAfter: 6 * time.Minute, ResetAfter: 12 * time.Minute},
+				{Allowed: true, Limit: 10, Period: h, Burst: 2, Cost: 1, Remaining: 1, ResetAfter: 6 * time.Minute},
+				{Allowed: true, Limit: 10, Period: h, Burst: 2, Cost: 1, Remaining: 0, ResetAfter: 12 * time.Minute},
+				{Reason: limits.ReasonRateLimited, Limit: 10, Period: h, Burst: 2, Cost: 1, RetryAfter: 6 * time.Minute, ResetAfter: 12 * time.Minute},
 			},
-			above: limits.Decision{Reason: limits.ReasonCostAboveBurst, Limit: 10, Period: h, Burst: 2, ResetAfter: 12 * time.Minute},
-			peek:  limits.Decision{Reason: limits.ReasonRateLimited, Limit: 10, Period: h, Burst: 2, RetryAfter: 6 * time.Minute, ResetAfter: 12 * time.Minute},
+			above: limits.Decision{Reason: limits.ReasonCostAboveBurst, Limit: 10, Period: h, Burst: 2, Cost: 4, ResetAfter: 12 * time.Minute},
+			peek:  limits.Decision{Reason: limits.ReasonRateLimited, Limit: 10, Period: h, Burst: 2, Cost: 1, RetryAfter: 6 * time.Minute, ResetAfter: 12 * time.Minute},
 		},
 	}
 }
 
-// roughly returns d with its durations rounded to minutes, so that a local
-// GCRA's decisions can be compared while its clock runs.
+// roughly returns d's exported fields with its durations rounded to
+// minutes and no At, so that a local GCRA's decisions can be compared while
+// its clock runs.
 func roughly(d limits.Decision) limits.Decision {
+	d = public(d)
 	d.RetryAfter = d.RetryAfter.Round(time.Minute)
 	d.ResetAfter = d.ResetAfter.Round(time.Minute)
+	d.At = time.Time{}
 	return d
 }
 
@@ -89,14 +95,14 @@ func TestPolicies(t *testing.T) {
 				ctx := context.Background()
 				var handled atomic.Int64
 				local := limits.NewGCRA(10, time.Hour, limits.WithBurst(2))
-				g := New(c, 10, time.Hour, WithBurst(3), WithPrefix(freshPrefix()), pc.opt(local),
+				g := must(New(c, 10, time.Hour, WithBurst(3), WithPrefix(freshPrefix()), pc.opt(local),
 					WithTimeout(200*time.Millisecond),
 					WithErrorHandler(func(err error) {
 						if !errors.Is(err, ErrUnavailable) {
 							t.Errorf("handler got %v", err)
 						}
 						handled.Add(1)
-					}))
+					})))
 				var wantStats Stats
 
 				checkDown := func(stage, key string) {
@@ -150,14 +156,18 @@ func TestPolicies(t *testing.T) {
 	}
 }
 
-// checkPolicy compares a decision made without Redis with the policy's.
+// checkPolicy compares a decision made without Redis with the policy's:
+// only a fallback GCRA's decisions read a clock and have an At.
 func checkPolicy(t *testing.T, what string, d limits.Decision, err error, want limits.Decision, wantErr bool) {
 	t.Helper()
 	if wantErr != (err != nil) || (err != nil && !errors.Is(err, ErrUnavailable)) {
 		t.Errorf("%s: error %v, want one wrapping ErrUnavailable: %v", what, err, wantErr)
 	}
 	if roughly(d) != want {
-		t.Errorf("%s: %+v\nwant %+v", what, d, want)
+		t.Errorf("%s: %+v\nwant %+v", what, roughly(d), want)
+	}
+	if local := want.Burst == 2; d.At.IsZero() == local {
+		t.Errorf("%s: At %v", what, d.At)
 	}
 }
 
@@ -170,8 +180,8 @@ func TestSlowServer(t *testing.T) {
 			srv := redistest.Start(t)
 			c := newClient(t, srv.Addr(), contextTimeout)
 			prefix := freshPrefix()
-			short := New(c, 10, time.Hour, WithPrefix(prefix), WithTimeout(50*time.Millisecond))
-			long := New(c, 10, time.Hour, WithPrefix(prefix), WithTimeout(time.Hour))
+			short := must(New(c, 10, time.Hour, WithPrefix(prefix), WithTimeout(50*time.Millisecond)))
+			long := must(New(c, 10, time.Hour, WithPrefix(prefix), WithTimeout(time.Hour)))
 			if _, err := long.Allow(context.Background(), "warm"); err != nil { // a connection in the pool
 				t.Fatal(err)
 			}
@@ -230,7 +240,7 @@ func TestSlowServer(t *testing.T) {
 func TestKillUnderLoad(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv.Addr(), true)
-	g := New(c, 1000, time.Second, WithPrefix(freshPrefix()))
+	g := must(New(c, 1000, time.Second, WithPrefix(freshPrefix())))
 	var stop atomic.Bool
 	var answered, failed atomic.Int64
 	var wg sync.WaitGroup
@@ -269,5 +279,66 @@ func TestKillUnderLoad(t *testing.T) {
 	s := g.Stats()
 	if s.Answered != uint64(answered.Load()) || s.Errors != uint64(failed.Load()) {
 		t.Errorf("Stats %+v, counted %d answered and %d failed", s, answered.Load(), failed.Load())
+	}
+}
+
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// TestUnreachableSaysWhy checks that when nothing listens at Redis's
+// address, the error says that the connection was refused, not only that
+// the deadline passed, with either kind of client, for decisions and
+// refunds, from the first call on.
+func TestUnreachableSaysWhy(t *testing.T) {
+	for _, contextTimeout := range []bool{false, true} {
+		t.Run(fmt.Sprintf("contextTimeout=%v", contextTimeout), func(t *testing.T) {
+			c := newClient(t, closedAddr(t), contextTimeout)
+			g := must(New(c, 10, time.Second))
+			check := func(what string, err error) {
+				t.Helper()
+				if !errors.Is(err, ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "connection refused") {
+					t.Errorf("%s: error %v, want one saying that the connection was refused", what, err)
+				}
+			}
+			for i := range 3 {
+				start := time.Now()
+				_, err := g.Allow(context.Background(), "k")
+				check(fmt.Sprintf("Allow %d", i), err)
+				if i == 0 {
+					t.Log(err)
+				}
+				if elapsed := time.Since(start); elapsed > hangGuard {
+					t.Errorf("Allow %d took %v", i, elapsed)
+				}
+			}
+			d := limits.Decision{Allowed: true, Limit: 10, Period: time.Second, Burst: 10, Cost: 1, ResetAfter: 100 * time.Millisecond, At: time.Now().Round(0)}
+			check("Refund", g.Refund(context.Background(), "k", d))
+		})
+	}
+}
+
+// TestDialWatchShared checks that a client gets one dial hook however many
+// GCRAs use it, and each client its own.
+func TestDialWatchShared(t *testing.T) {
+	addr := closedAddr(t)
+	a, b := newClient(t, addr, true), newClient(t, addr, true)
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}})
+	t.Cleanup(func() { cluster.Close() })
+	ga1, ga2, gb := must(New(a, 1, time.Second)), must(New(a, 2, time.Second)), must(New(b, 1, time.Second))
+	gc1, gc2 := must(New(cluster, 1, time.Second)), must(New(cluster, 1, time.Second))
+	if ga1.dials == nil || ga1.dials != ga2.dials || gb.dials == ga1.dials {
+		t.Errorf("watches %p %p %p: want one per client", ga1.dials, ga2.dials, gb.dials)
+	}
+	if gc1.dials == nil || gc1.dials != gc2.dials {
+		t.Errorf("cluster watches %p %p: want one", gc1.dials, gc2.dials)
 	}
 }

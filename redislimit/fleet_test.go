@@ -12,9 +12,9 @@ import (
 
 // TestFleetBound has two clients, as two processes would, each with its own
 // GCRA and 8 goroutines, send unit requests for one key, and checks on the
-// server's timeline (the times the script read from TIME) that together
-// they never exceed the GCRA bound: any closed interval of length t holds
-// at most burst + floor(t/T) allowed requests.
+// server's timeline (the times the script read from TIME, the decisions'
+// At) that together they never exceed the GCRA bound: any closed interval
+// of length t holds at most burst + floor(t/T) allowed requests.
 func TestFleetBound(t *testing.T) {
 	const (
 		processes  = 2
@@ -29,12 +29,12 @@ func TestFleetBound(t *testing.T) {
 	sent := 0
 	var wg sync.WaitGroup
 	for p := range processes {
-		c := newClient(t, srv.Addr(), p == 0)                                                            // one client of each kind
-		g := New(c, 100, time.Second, WithBurst(burst), WithPrefix(prefix), WithTimeout(10*time.Second)) // T = 10ms
+		c := newClient(t, srv.Addr(), p == 0)                                                                  // one client of each kind
+		g := must(New(c, 100, time.Second, WithBurst(burst), WithPrefix(prefix), WithTimeout(10*time.Second))) // T = 10ms
 		for range goroutines {
 			wg.Go(func() {
 				for range requests {
-					d, now, err := g.decide(context.Background(), "shared", 1, true)
+					d, err := g.Allow(context.Background(), "shared")
 					if err != nil {
 						t.Error(err)
 						return
@@ -42,7 +42,7 @@ func TestFleetBound(t *testing.T) {
 					mu.Lock()
 					sent++
 					if d.Allowed {
-						allowed = append(allowed, now)
+						allowed = append(allowed, d.At.UnixNano())
 					}
 					mu.Unlock()
 				}

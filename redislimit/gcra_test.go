@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/internal/gcra"
 	"github.com/limitsgo/limits/redislimit/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -28,28 +28,40 @@ func mustPanic(t *testing.T, f func()) (msg string) {
 	return ""
 }
 
-func TestNewPanics(t *testing.T) {
+func TestNewErrors(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never contacted
 	defer c.Close()
 	tests := []struct {
-		name string
-		f    func()
-		want string
+		name    string
+		limit   int
+		period  time.Duration
+		opts    []Option
+		want    string
+		invalid bool // the error wraps limits.ErrInvalidLimit
 	}{
-		{"nil client", func() { New(nil, 1, time.Second) }, "redislimit: nil client"},
-		{"zero limit", func() { New(c, 0, time.Second) }, "redislimit: limit must be >= 1, got 0"},
-		{"negative limit", func() { New(c, -3, time.Second) }, "redislimit: limit must be >= 1, got -3"},
-		{"zero period", func() { New(c, 1, 0) }, "redislimit: period must be > 0, got 0s"},
-		{"zero burst", func() { New(c, 1, time.Second, WithBurst(0)) }, "redislimit: burst must be >= 1, got 0"},
-		{"zero timeout", func() { New(c, 1, time.Second, WithTimeout(0)) }, "redislimit: timeout must be > 0, got 0s"},
-		{"hash tag, no prefix", func() { New(c, 1, time.Second, WithPrefix(""), WithHashTag()) }, `redislimit: a hash tag needs a non-empty prefix without braces, got ""`},
-		{"hash tag, braces", func() { New(c, 1, time.Second, WithPrefix("a{b}:"), WithHashTag()) }, `redislimit: a hash tag needs a non-empty prefix without braces, got "a{b}:"`},
-		{"huge burst", func() { New(c, 1, time.Hour, WithBurst(1_000_000)) }, "redislimit: a burst of 1000000 at one event per 1h0m0s takes too long to recover"},
-		{"nil fallback", func() { Fallback(nil) }, "redislimit: nil fallback GCRA"},
+		{"zero limit", 0, time.Second, nil, "redislimit: limits: invalid limit: limit must be >= 1, got 0", true},
+		{"negative limit", -3, time.Second, nil, "redislimit: limits: invalid limit: limit must be >= 1, got -3", true},
+		{"zero period", 1, 0, nil, "redislimit: limits: invalid limit: period must be > 0, got 0s", true},
+		{"zero burst", 1, time.Second, []Option{WithBurst(0)}, "redislimit: limits: invalid limit: burst must be >= 1, got 0", true},
+		{"negative burst", 1, time.Second, []Option{WithBurst(-1)}, "redislimit: limits: invalid limit: burst must be >= 1, got -1", true},
+		{"huge burst", 1, time.Hour, []Option{WithBurst(1_000_000)}, "redislimit: limits: invalid limit: a burst of 1000000 at 1 per 1h0m0s takes too long to recover", true},
+		{"zero timeout", 1, time.Second, []Option{WithTimeout(0)}, "redislimit: timeout must be > 0, got 0s", false},
+		{"hash tag, no prefix", 1, time.Second, []Option{WithPrefix(""), WithHashTag()}, `redislimit: a hash tag needs a non-empty prefix without braces, got ""`, false},
+		{"hash tag, braces", 1, time.Second, []Option{WithPrefix("a{b}:"), WithHashTag()}, `redislimit: a hash tag needs a non-empty prefix without braces, got "a{b}:"`, false},
+		{"unknown policy", 1, time.Second, []Option{OnError(9)}, "redislimit: unknown failure policy 9", false},
 	}
 	for _, tt := range tests {
-		if got := mustPanic(t, tt.f); got != tt.want {
-			t.Errorf("%s: panic %q, want %q", tt.name, got, tt.want)
+		g, err := New(c, tt.limit, tt.period, tt.opts...)
+		if g != nil || err == nil || err.Error() != tt.want || errors.Is(err, limits.ErrInvalidLimit) != tt.invalid {
+			t.Errorf("%s: New = %v, %v; want error %q", tt.name, g, err, tt.want)
+		}
+	}
+	for name, f := range map[string]func(){
+		"redislimit: nil client":        func() { New(nil, 1, time.Second) },
+		"redislimit: nil fallback GCRA": func() { WithFallback(nil) },
+	} {
+		if got := mustPanic(t, f); got != name {
+			t.Errorf("panic %q, want %q", got, name)
 		}
 	}
 }
@@ -57,7 +69,7 @@ func TestNewPanics(t *testing.T) {
 func TestAccessorsAndKeys(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
-	g := New(c, 3, time.Second)
+	g := must(New(c, 3, time.Second))
 	if g.Limit() != 3 || g.Period() != time.Second || g.Burst() != 3 || g.EmissionInterval() != 333333334 {
 		t.Errorf("accessors: %d %v %d %v", g.Limit(), g.Period(), g.Burst(), g.EmissionInterval())
 	}
@@ -71,55 +83,63 @@ func TestAccessorsAndKeys(t *testing.T) {
 		{[]Option{WithHashTag()}, "{limits:}alice"},
 		{[]Option{WithPrefix("rl:login:"), WithHashTag()}, "{rl:login:}alice"},
 	} {
-		if got := New(c, 1, time.Second, tt.opts...).Key("alice"); got != tt.want {
+		if got := must(New(c, 1, time.Second, tt.opts...)).Key("alice"); got != tt.want {
 			t.Errorf("Key = %q, want %q", got, tt.want)
 		}
 	}
 }
 
 // TestStoredState checks the state in Redis: the TAT as an exact integer of
-// nanoseconds since the Unix epoch, set to expire when it passes, and
-// untouched by refusals and looks, with periods whose times no double holds
-// exactly.
+// nanoseconds since the Unix epoch, with ":" and the fraction of a
+// nanosecond in units of 1/den when there is one, set to expire when it
+// passes, and untouched by refusals and looks, with periods whose times no
+// double holds exactly.
 func TestStoredState(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv.Addr(), true)
 	ctx := context.Background()
-	for _, period := range []time.Duration{time.Second, 7 * time.Hour, 50 * 365 * 24 * time.Hour} {
-		g := New(c, 3, period, WithPrefix(freshPrefix()))
+	for _, tt := range []struct {
+		limit  int
+		period time.Duration
+		twoT   string // 2T past the decision's At, as stored
+	}{
+		{3, time.Second, "666666666:2"},                       // T = 333333333+1/3 ns
+		{7, time.Hour, "1028571428571:3"},                     // T = 514285714285+5/7 ns
+		{3, 7 * time.Hour, "16800000000000"},                  // T = 2h20m exactly
+		{3, 50 * 365 * 24 * time.Hour, "1051200000000000000"}, // 2T beyond 2^53
+		{1_000_000_000, 3500 * time.Millisecond, "7"},         // T = 3.5ns
+	} {
+		g := must(New(c, tt.limit, tt.period, WithBurst(3), WithPrefix(freshPrefix())))
 		key := g.Key("k")
-		if _, _, err := g.decide(ctx, "k", 0, true); err != nil {
+		if _, err := g.AllowN(ctx, "k", 0); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := g.Peek(ctx, "k"); err != nil {
 			t.Fatal(err)
 		}
 		if n := c.Exists(ctx, key).Val(); n != 0 {
-			t.Fatalf("period %v: a look stored the key", period)
+			t.Fatalf("%d/%v: a look stored the key", tt.limit, tt.period)
 		}
-		d, now, err := g.decide(ctx, "k", 2, true)
+		d, err := g.AllowN(ctx, "k", 2)
 		if err != nil || !d.Allowed {
-			t.Fatalf("period %v: %+v, %v", period, d, err)
+			t.Fatalf("%d/%v: %+v, %v", tt.limit, tt.period, d, err)
 		}
-		tat := now + 2*int64(g.EmissionInterval())
-		want := strconv.FormatInt(tat, 10)
-		if got := c.Get(ctx, key).Val(); got != want {
-			t.Errorf("period %v: stored %q, want %q (server time %d + 2T)", period, got, want, now)
+		twoT := parseTAT(t, tt.twoT)
+		tat := g.p.Add(gcra.Time{NS: d.At.UnixNano()}, twoT)
+		checkStored(t, c, key, tat)
+		if want := time.Duration(gcra.Ceil(twoT)); d.ResetAfter != want {
+			t.Errorf("%d/%v: ResetAfter %v, want 2T rounded up, %v", tt.limit, tt.period, d.ResetAfter, want)
 		}
-		if d.ResetAfter != 2*g.EmissionInterval() {
-			t.Errorf("period %v: ResetAfter %v, want 2T = %v", period, d.ResetAfter, 2*g.EmissionInterval())
-		}
-		// The key expires when the TAT passes, rounded up to a millisecond.
-		expire := c.PExpireTime(ctx, key).Val()
-		if want := time.Duration((tat + 999_999) / 1e6 * 1e6); expire != want {
-			t.Errorf("period %v: key expires at %v, want %v", period, expire, want)
+		if twoT.NS < int64(time.Second) {
+			continue // the charge has passed already
 		}
 		if d, err := g.AllowN(ctx, "k", 2); err != nil || d.Allowed {
-			t.Fatalf("period %v: over the burst: %+v, %v", period, d, err)
+			t.Fatalf("%d/%v: over the burst: %+v, %v", tt.limit, tt.period, d, err)
 		}
-		if got := c.Get(ctx, key).Val(); got != want {
-			t.Errorf("period %v: a refusal changed the state to %q", period, got)
+		if _, err := g.Peek(ctx, "k"); err != nil {
+			t.Fatal(err)
 		}
+		checkStored(t, c, key, tat)
 	}
 }
 
@@ -129,7 +149,7 @@ func TestKeyExpires(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv.Addr(), true)
 	ctx := context.Background()
-	g := New(c, 500, time.Second, WithBurst(2), WithPrefix(freshPrefix())) // T = 2ms
+	g := must(New(c, 500, time.Second, WithBurst(2), WithPrefix(freshPrefix()))) // T = 2ms
 	d, err := g.AllowN(ctx, "k", 2)
 	if err != nil || !d.Allowed {
 		t.Fatalf("%+v, %v", d, err)
@@ -151,7 +171,7 @@ func TestAgreesWithLocal(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		limit := 100 + rng.IntN(2000)
 		burst := 1 + rng.IntN(8)
-		g := New(c, limit, time.Second, WithBurst(burst), WithPrefix(freshPrefix()), WithTimeout(10*time.Second))
+		g := must(New(c, limit, time.Second, WithBurst(burst), WithPrefix(freshPrefix()), WithTimeout(10*time.Second)))
 		local := limits.NewGCRA(limit, time.Second, limits.WithBurst(burst))
 		origin := time.Now()
 		var first int64
@@ -163,10 +183,11 @@ func TestAgreesWithLocal(t *testing.T) {
 			if !charge {
 				n = 1 // a Peek
 			}
-			got, now, err := g.decide(ctx, key, n, charge)
+			got, err := g.decide(ctx, key, n, charge)
 			if err != nil {
 				t.Fatal(err)
 			}
+			now := got.At.UnixNano()
 			if first == 0 {
 				first = now
 			}
@@ -177,8 +198,12 @@ func TestAgreesWithLocal(t *testing.T) {
 			} else {
 				want = local.PeekAt(at, key)
 			}
-			if got != want {
-				t.Fatalf("seed %d request %d: key %s cost %d charge %v at +%v:\nRedis %+v\nlocal %+v", seed, i, key, n, charge, time.Duration(now-first), got, want)
+			if !want.At.Equal(at) {
+				t.Fatalf("seed %d request %d: the local GCRA decided at %v, not at %v", seed, i, want.At, at)
+			}
+			got.At, want.At = time.Time{}, time.Time{}
+			if public(got) != public(want) {
+				t.Fatalf("seed %d request %d: key %s cost %d charge %v at +%v:\nRedis %+v\nlocal %+v", seed, i, key, n, charge, time.Duration(now-first), public(got), public(want))
 			}
 			if got.Allowed {
 				allowed++
@@ -201,7 +226,7 @@ func TestNoScript(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv.Addr(), true)
 	ctx := context.Background()
-	g := New(c, 10, time.Hour, WithPrefix(freshPrefix()))
+	g := must(New(c, 10, time.Hour, WithPrefix(freshPrefix())))
 	for i := range 3 {
 		if err := c.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
@@ -210,36 +235,11 @@ func TestNoScript(t *testing.T) {
 		if err != nil || !d.Allowed || d.Remaining != 9-i {
 			t.Fatalf("after SCRIPT FLUSH: %+v, %v", d, err)
 		}
-		if ok := c.ScriptExists(ctx, script.Hash()).Val(); len(ok) != 1 || !ok[0] {
+		if ok := c.ScriptExists(ctx, decideScript.Hash()).Val(); len(ok) != 1 || !ok[0] {
 			t.Errorf("the script was not loaded again")
 		}
 	}
 	if s := g.Stats(); s != (Stats{Answered: 3}) {
 		t.Errorf("Stats = %+v", s)
-	}
-}
-
-// TestForeignValue checks that a key holding something other than a TAT
-// gives an error, handled by the failure policy, and is left alone.
-func TestForeignValue(t *testing.T) {
-	srv := redistest.Start(t)
-	c := newClient(t, srv.Addr(), true)
-	ctx := context.Background()
-	g := New(c, 10, time.Hour, WithPrefix(freshPrefix()))
-	c.Set(ctx, g.Key("string"), "hello", 0)
-	c.Set(ctx, g.Key("short"), "12345", 0)
-	c.RPush(ctx, g.Key("list"), "x")
-	for _, k := range []string{"string", "short", "list"} {
-		d, err := g.Allow(ctx, k)
-		if !errors.Is(err, ErrUnavailable) || d.Allowed || d.Reason != limits.ReasonUnavailable {
-			t.Errorf("%s: %+v, %v", k, d, err)
-		}
-		t.Logf("%s: %v", k, err)
-	}
-	if err := func() error { _, err := g.Allow(ctx, "string"); return err }(); err == nil || !strings.Contains(err.Error(), "does not hold a TAT") {
-		t.Errorf("error %v does not say what is wrong", err)
-	}
-	if v := c.Get(ctx, g.Key("string")).Val(); v != "hello" {
-		t.Errorf("the foreign value became %q", v)
 	}
 }

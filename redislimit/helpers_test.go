@@ -21,3 +21,12 @@ var prefixes atomic.Int64
 
 // freshPrefix returns a key prefix no other limiter of the test binary uses.
 func freshPrefix() string { return fmt.Sprintf("test%d:", prefixes.Add(1)) }
+
+// must returns g, panicking on err: for limiters whose configuration the
+// test knows to be valid.
+func must(g *GCRA, err error) *GCRA {
+	if err != nil {
+		panic(err)
+	}
+	return g
+}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/limitsgo/limits/redislimit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -14,7 +15,9 @@ type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
 
+// TestMain runs the tests and examples with a redis-server for the whole
+// run, at the address in REDIS_ADDR, as the examples read it.
 func TestMain(m *testing.M) {
 	redis.SetLogger(quiet{})
-	os.Exit(m.Run())
+	os.Exit(redistest.Main(m, "REDIS_ADDR"))
 }

@@ -5,108 +5,242 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
+	"github.com/limitsgo/limits/internal/gcra"
 	"github.com/redis/go-redis/v9"
 )
+
+// scriptLib is the part the two scripts share: exact time arithmetic in
+// Lua, whose numbers are doubles, and the stored form of a TAT.
+//
+// A time is a table {s, ns, f}: s whole seconds, ns nanoseconds in [0, 1e9)
+// and f units in [0, den), a nanosecond being den units (den = ARGV[1], at
+// most 2^32). A time in nanoseconds since the Unix epoch (about 1.8e18) is
+// beyond the 2^53 up to which doubles hold integers exactly, but each part
+// of such a triple is not: seconds since 1970 plus at most twice burst*T
+// (itself at most about 73 years) stay below about 1e10, nanoseconds below
+// 2e9 and units below 2^33 in any sum, so every sum, difference and
+// comparison is exact. Nothing is divided and nothing multiplied but the
+// seconds of an expiry, into milliseconds, exactly too.
+//
+// A key's value is its TAT in whole nanoseconds since the Unix epoch, in
+// decimal, followed when the TAT has a fraction of a nanosecond by a colon
+// and the fraction in units, in decimal: "1767225600000000000" or
+// "1767226114285714285:5" with a den of 7. parse reads it back, or returns
+// nil for a value of another form. A fraction not below den (written by a
+// limiter with another limit) counts as a whole nanosecond: the TAT is
+// rounded up, never down.
+const scriptLib = `
+local den = tonumber(ARGV[1])
+local function add(a, b)
+  local s, ns, f = a[1] + b[1], a[2] + b[2], a[3] + b[3]
+  if f >= den then ns, f = ns + 1, f - den end
+  if ns >= 1e9 then s, ns = s + 1, ns - 1e9 end
+  return {s, ns, f}
+end
+local function sub(a, b)
+  local s, ns, f = a[1] - b[1], a[2] - b[2], a[3] - b[3]
+  if f < 0 then ns, f = ns - 1, f + den end
+  if ns < 0 then s, ns = s - 1, ns + 1e9 end
+  return {s, ns, f}
+end
+local function less(a, b)
+  if a[1] ~= b[1] then return a[1] < b[1] end
+  if a[2] ~= b[2] then return a[2] < b[2] end
+  return a[3] < b[3]
+end
+local function arg(i)
+  return {tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])}
+end
+local zero = {0, 0, 0}
+local clock = redis.call('TIME')
+local now_s, now_us = tonumber(clock[1]), tonumber(clock[2])
+local now = {now_s, now_us * 1000, 0}
+local function parse(v)
+  local whole, frac = string.match(v, '^(%d+):(%d+)$')
+  if not whole then whole = string.match(v, '^(%d+)$') end
+  if not whole then return nil end
+  local t = {0, tonumber(whole), 0}
+  if #whole > 9 then t = {tonumber(string.sub(whole, 1, -10)), tonumber(string.sub(whole, -9)), 0} end
+  if frac then
+    local f = tonumber(frac)
+    if f < den then t[3] = f else t = add(t, {0, 1, 0}) end
+  end
+  return t
+end
+local function load()
+  local v = redis.pcall('GET', KEYS[1])
+  if type(v) == 'table' then
+    return nil, redis.error_reply('redislimit: key ' .. KEYS[1] .. ' does not hold a TAT: ' .. tostring(v.err))
+  end
+  if not v then return nil end
+  local t = parse(v)
+  if not t then
+    return nil, redis.error_reply('redislimit: key ' .. KEYS[1] .. ' does not hold a TAT')
+  end
+  return t
+end
+local function store(t)
+  local v = string.format('%d%09d', t[1], t[2])
+  if t[3] > 0 then v = v .. ':' .. string.format('%d', t[3]) end
+  local up = t[2]
+  if t[3] > 0 then up = up + 1 end
+  redis.call('SET', KEYS[1], v, 'PXAT', t[1] * 1000 + math.ceil(up / 1e6))
+end
+local function reply(flag, t)
+  return {flag, t[1], t[2], t[3], now_s, now_us}
+end
+`
 
 // gcraScript makes one decision for the key KEYS[1], on the clock of the
 // Redis server that holds it.
 //
-// Arguments: ARGV[1] and ARGV[2] are the cost of the request, n*T, in whole
-// seconds and the nanoseconds left over; ARGV[3] and ARGV[4] are d = burst*T
-// in the same form; ARGV[5] is "1" to charge an allowed request and "0" to
-// look only.
+// Arguments: ARGV[1] is den; ARGV[2] to ARGV[4] the cost of the request,
+// n*T, as a time (seconds, nanoseconds, units); ARGV[5] to ARGV[7] D =
+// burst*T; ARGV[8] is "1" to charge an allowed request and "0" to look only.
 //
-// The key holds the TAT as a decimal integer: nanoseconds since the Unix
-// epoch. Lua numbers in Redis are doubles, exact for integers below 2^53
-// (about 9.0e15), and a time in nanoseconds (about 1.8e18) is not. So the
-// script never holds a time in one number: it splits the stored TAT into
-// its seconds (the digits before the last nine) and its nanoseconds (the
-// last nine digits), and every time or duration it computes with is such a
-// pair, the nanoseconds normalised to [0, 1e9). Each part of each pair stays
-// below about 1e10 (seconds since 1970 plus at most twice d, itself at most
-// about 73 years), so every sum, difference and comparison is exact. The
-// script does no division and no multiplication but the one that turns
-// seconds into the milliseconds of the key's expiry, exact too.
+// With ahead = TAT - now, taken as 0 when the TAT has passed (the key owes
+// nothing) and as D when it runs further ahead than D, the request is
+// allowed if and only if ahead + n*T <= D, the local GCRA's inequality moved
+// by now; when allowed and charged, TAT becomes now + ahead + n*T. The key
+// then expires at the TAT rounded up to a millisecond (SET with PXAT, Redis
+// 6.2 or later): its time to live is the time until the key is back to its
+// full burst, and it never expires while it carries debt. An absolute
+// expiry is used because a relative one (PX) counts from Redis's own
+// millisecond clock, which may lag the microseconds of TIME.
 //
-// With ahead = max(TAT, now) - now, the request is allowed if and only if
-// ahead + n*T <= d, the local GCRA's inequality moved by now; when allowed
-// and charged, TAT becomes now + ahead + n*T. The key then expires at the
-// TAT rounded up to a millisecond (SET with PXAT, Redis 6.2 or later): its
-// time to live is the time until the key is back to its full burst, and it
-// never expires while it carries debt. An absolute expiry is used because
-// a relative one (PX) counts from Redis's own millisecond clock, which may
-// lag the microseconds of TIME. A refusal or a look writes nothing.
+// A TAT further ahead than D cannot have been written by this limiter,
+// whose TATs never run more than D ahead of the time they were written at:
+// it comes from another writer or from a clock that went back. The script
+// stores now + D in its place, so that the key recovers as a key that has
+// just used its full burst does. Otherwise a refusal or a look writes
+// nothing.
 //
-// It returns five integers: 1 if allowed or 0; how far the TAT runs ahead
-// of now after the decision, in seconds and nanoseconds; and now, as TIME
-// gave it, in seconds and microseconds. The Go side derives Remaining and
-// RetryAfter from these with int64 arithmetic, as the local GCRA does.
+// It returns six integers: 1 if allowed or 0; ahead after the decision, in
+// seconds, nanoseconds and units; and now, as TIME gave it, in seconds and
+// microseconds.
 //
 // Writing after TIME needs effects replication, the default since Redis 5.0
 // and the only mode since 7.0.
-const gcraScript = `
-local clock = redis.call('TIME')
-local now_s, now_us = tonumber(clock[1]), tonumber(clock[2])
-local now_ns = now_us * 1000
-local ahead_s, ahead_ns = 0, 0
-local stored = redis.call('GET', KEYS[1])
-if stored then
-  local s, ns = tonumber(string.sub(stored, 1, -10)), tonumber(string.sub(stored, -9))
-  if s == nil or ns == nil then
-    return redis.error_reply('redislimit: key ' .. KEYS[1] .. ' does not hold a TAT')
+const gcraScript = scriptLib + `
+local cost, d = arg(2), arg(5)
+local t, err = load()
+if err then return err end
+local ahead, repair = zero, false
+if t then
+  ahead = sub(t, now)
+  if not less(zero, ahead) then
+    ahead = zero
+  elseif less(d, ahead) then
+    ahead, repair = d, true
   end
-  s, ns = s - now_s, ns - now_ns
-  if ns < 0 then s, ns = s - 1, ns + 1e9 end
-  if s >= 0 then ahead_s, ahead_ns = s, ns end
 end
-local next_s, next_ns = ahead_s + tonumber(ARGV[1]), ahead_ns + tonumber(ARGV[2])
-if next_ns >= 1e9 then next_s, next_ns = next_s + 1, next_ns - 1e9 end
-local d_s, d_ns = tonumber(ARGV[3]), tonumber(ARGV[4])
-if next_s > d_s or (next_s == d_s and next_ns > d_ns) then
-  return {0, ahead_s, ahead_ns, now_s, now_us}
+local nxt = add(ahead, cost)
+if less(d, nxt) or ARGV[8] ~= '1' then
+  if repair then store(add(now, ahead)) end
+  if less(d, nxt) then return reply(0, ahead) end
+  return reply(1, ahead)
 end
-if ARGV[5] ~= '1' then
-  return {1, ahead_s, ahead_ns, now_s, now_us}
-end
-local tat_s, tat_ns = now_s + next_s, now_ns + next_ns
-if tat_ns >= 1e9 then tat_s, tat_ns = tat_s + 1, tat_ns - 1e9 end
-redis.call('SET', KEYS[1], string.format('%d%09d', tat_s, tat_ns),
-  'PXAT', tat_s * 1000 + math.ceil(tat_ns / 1e6))
-return {1, next_s, next_ns, now_s, now_us}
+store(add(now, nxt))
+return reply(1, nxt)
 `
 
-// script is gcraScript with its SHA-1, computed once.
-var script = redis.NewScript(gcraScript)
+// refundScript gives back a charge for the key KEYS[1], as
+// gcra.Policy.Refund does for a charge known to the nanosecond above.
+//
+// Arguments: ARGV[1] is den; ARGV[2] and ARGV[3] the key's TAT just after
+// the charge, rounded up to the nanosecond (the Decision's At + ResetAfter),
+// in seconds and nanoseconds since the Unix epoch; ARGV[4] to ARGV[6] the
+// charge n*T; ARGV[7] to ARGV[9] D; ARGV[10] and ARGV[11] the latest time,
+// on the server's clock, in seconds and microseconds, at which the caller
+// still waits for the reply, or "" and "" if it is not known.
+//
+// A script that runs after that deadline (sent before the caller gave up,
+// and run late, by a server that was stalled) does nothing: its caller has
+// reported that nothing was given back.
+//
+// The exact TAT after the charge lies in (charged - 1ns, charged] when den
+// is above 1, and is charged otherwise. The script takes off the part of
+// the charge still ahead of now, counted from the low end, at most n*T, and
+// never takes the TAT below charged - n*T, counted from the high end: the
+// key is left owing no less than had the charge never been made. An absent
+// key is left absent. A TAT further ahead than D is first taken as now + D,
+// as in gcraScript. The key is stored again with its new expiry, or deleted
+// if it owes nothing.
+//
+// It returns six integers, as gcraScript does: 1 if the key was written or
+// deleted, 0 if left as it was, 2 if the deadline had passed; how far its
+// TAT runs ahead of now after (0 if it owes nothing, or the deadline had
+// passed); and now.
+const refundScript = scriptLib + `
+if ARGV[10] ~= '' then
+  local ds, dus = tonumber(ARGV[10]), tonumber(ARGV[11])
+  if now_s > ds or (now_s == ds and now_us > dus) then return reply(2, zero) end
+end
+local t, err = load()
+if err then return err end
+if not t then return reply(0, zero) end
+local cost, d = arg(4), arg(7)
+local changed = false
+if less(add(now, d), t) then t, changed = add(now, d), true end
+local charged = {tonumber(ARGV[2]), tonumber(ARGV[3]), 0}
+local low = charged
+if den > 1 then low = sub(charged, {0, 1, 0}) end
+local floor = sub(charged, cost)
+local left = sub(low, now)
+if less(zero, left) then
+  if less(cost, left) then left = cost end
+  local nxt = sub(t, left)
+  if less(nxt, floor) then nxt = floor end
+  if less(nxt, t) then t, changed = nxt, true end
+end
+if not changed then
+  if less(now, t) then return reply(0, sub(t, now)) end
+  return reply(0, zero)
+end
+if less(now, t) then
+  store(t)
+  return reply(1, sub(t, now))
+end
+redis.call('DEL', KEYS[1])
+return reply(1, zero)
+`
 
-// reply is what the script returned.
+// Scripts with their SHA-1, computed once.
+var (
+	decideScript = redis.NewScript(gcraScript)
+	returnScript = redis.NewScript(refundScript)
+)
+
+// reply is what a script returned.
 type reply struct {
-	allowed bool
-	ahead   int64 // TAT after the decision minus now, in nanoseconds
-	now     int64 // the server's clock, in nanoseconds since the Unix epoch
+	flag  int64     // 1 if allowed, or for a refund, 1 if written, 2 if too late
+	ahead gcra.Time // the key's TAT minus now, after the script
+	now   time.Time // the server's clock, TIME
 }
 
 // errReply reports a reply of the wrong shape, from a server that ran
-// something else under the script's SHA-1, say.
+// something else under a script's SHA-1, say.
 var errReply = errors.New("unexpected reply to the GCRA script")
 
-// eval runs the script by its SHA-1, and by its source if the server does
-// not have it (after a restart, a failover or SCRIPT FLUSH), which also
-// loads it for the next calls. A NOSCRIPT reply means the script did not
-// run, so nothing is charged twice.
-func eval(ctx context.Context, c redis.Scripter, keys []string, args []any) (reply, error) {
-	cmd := c.EvalSha(ctx, script.Hash(), keys, args...)
+// eval runs s by its SHA-1, and by its source if the server does not have
+// it (after a restart, a failover or SCRIPT FLUSH), which also loads it for
+// the next calls. A NOSCRIPT reply means the script did not run, so nothing
+// is charged twice.
+func eval(ctx context.Context, c redis.Scripter, s *redis.Script, src string, keys []string, args []any) (reply, error) {
+	cmd := c.EvalSha(ctx, s.Hash(), keys, args...)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd = c.Eval(ctx, gcraScript, keys, args...)
+		cmd = c.Eval(ctx, src, keys, args...)
 	}
 	vals, err := cmd.Slice()
 	if err != nil {
 		return reply{}, err
 	}
-	if len(vals) != 5 {
+	if len(vals) != 6 {
 		return reply{}, fmt.Errorf("%w: %d values", errReply, len(vals))
 	}
-	var n [5]int64
+	var n [6]int64
 	for i, v := range vals {
 		x, ok := v.(int64)
 		if !ok {
@@ -115,14 +249,14 @@ func eval(ctx context.Context, c redis.Scripter, keys []string, args []any) (rep
 		n[i] = x
 	}
 	return reply{
-		allowed: n[0] == 1,
-		ahead:   n[1]*1e9 + n[2],
-		now:     n[3]*1e9 + n[4]*1e3,
+		flag:  n[0],
+		ahead: gcra.Time{NS: n[1]*1e9 + n[2], Frac: uint64(n[3])},
+		now:   time.Unix(n[4], n[5]*1e3),
 	}, nil
 }
 
-// splitNanos returns x nanoseconds as the script's arguments: whole seconds
-// and the nanoseconds left over, x >= 0.
-func splitNanos(x int64) (any, any) {
-	return strconv.FormatInt(x/1e9, 10), strconv.FormatInt(x%1e9, 10)
+// timeArgs appends t, a time of at most gcra.MaxSpan, as a script's
+// arguments: whole seconds, nanoseconds left over and units.
+func timeArgs(args []any, t gcra.Time) []any {
+	return append(args, strconv.FormatInt(t.NS/1e9, 10), strconv.FormatInt(t.NS%1e9, 10), strconv.FormatUint(t.Frac, 10))
 }

@@ -37,7 +37,10 @@ func limiters(c redis.UniversalClient) []struct {
 	name  string
 	allow allowFunc
 } {
-	ours := redislimit.New(c, limit, period, redislimit.WithBurst(burst), redislimit.WithTimeout(time.Second))
+	ours, err := redislimit.New(c, limit, period, redislimit.WithBurst(burst), redislimit.WithTimeout(time.Second))
+	if err != nil {
+		panic(err) // the configuration is constant and valid
+	}
 	peer := redis_rate.NewLimiter(c)
 	peerLimit := redis_rate.Limit{Rate: limit, Burst: burst, Period: period}
 	return []struct {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/limitsgo/limits"
@@ -36,7 +37,7 @@ const DefaultLimiterTimeout = 250 * time.Millisecond
 var ErrLimiterTimeout = errors.New("limiter did not answer in time")
 
 // Rate is one rate policy of a front end: a limiter, the name it is known
-// by, and how its calls are bounded.
+// by, how its calls are bounded, and the count of its outcomes.
 type Rate struct {
 	// Name names the policy in responses and logs; Item is Name as a
 	// Structured Field string, as the RateLimit header fields carry it.
@@ -45,8 +46,38 @@ type Rate struct {
 	Limiter limits.Limiter
 	// Timeout bounds each call to Limiter, unless it decides in process.
 	Timeout time.Duration
+	// Pre, if set, is a limiter in this process asked before Limiter: a
+	// request it refuses is refused without a call to Limiter, and what
+	// it charged is given back when Limiter refuses or fails.
+	Pre *limits.GCRA
+	// Counts counts the policy's outcomes.
+	Counts Counts
 
 	local *limits.GCRA // Limiter, if it decides in process
+}
+
+// Counts counts the outcomes of a policy, or of a whole front end, by
+// reason.
+type Counts struct {
+	Allowed, RateLimited, TableFull, CostAboveBurst, InvalidCost, LimiterError atomic.Uint64
+}
+
+// Add counts one outcome: "" for an allowed request, otherwise its reason.
+func (c *Counts) Add(reason string) {
+	switch reason {
+	case "":
+		c.Allowed.Add(1)
+	case ReasonRateLimited:
+		c.RateLimited.Add(1)
+	case ReasonTableFull:
+		c.TableFull.Add(1)
+	case ReasonCostAboveBurst:
+		c.CostAboveBurst.Add(1)
+	case ReasonInvalidCost:
+		c.InvalidCost.Add(1)
+	case ReasonLimiterError:
+		c.LimiterError.Add(1)
+	}
 }
 
 // NewRate returns the policy name applying l, whose calls are bounded by
@@ -63,6 +94,14 @@ func NewRate(name string, l limits.Limiter, timeout time.Duration) (*Rate, error
 	r := &Rate{Name: name, Item: item, Limiter: l, Timeout: timeout}
 	r.local, _ = l.(*limits.GCRA)
 	return r, nil
+}
+
+// Named returns a policy that applies r's limiters (and shares their
+// buckets) under another name, with counts of its own. name must be
+// printable ASCII.
+func (r *Rate) Named(name string) *Rate {
+	item, _ := SFString(name)
+	return &Rate{Name: name, Item: item, Limiter: r.Limiter, Timeout: r.Timeout, Pre: r.Pre, local: r.local}
 }
 
 // SFString returns s as a Structured Field string (RFC 9651): quoted, with
@@ -84,14 +123,36 @@ func SFString(s string) (string, bool) {
 	return string(append(b, '"')), true
 }
 
-// Take asks the policy's limiter about a request of cost n for key. A
+// Take asks the policy about a request of cost n for key: Pre first, if
+// set, then the limiter. It returns what was charged, with the deciding
+// Decision in Dec, or the limiter's error, in which case nothing stays
+// charged.
+func (r *Rate) Take(ctx context.Context, key string, n int) (Charge, error) {
+	c := Charge{Rate: r, Key: key}
+	if r.Pre != nil {
+		c.pre = r.Pre.AllowN(key, n)
+		if !c.pre.Allowed {
+			c.Dec = c.pre
+			return c, nil
+		}
+	}
+	var err error
+	c.Dec, err = r.take(ctx, key, n)
+	if r.Pre != nil && (err != nil || !c.Dec.Allowed) {
+		r.Pre.Refund(ctx, key, c.pre)
+		c.pre = limits.Decision{}
+	}
+	return c, err
+}
+
+// take asks the policy's limiter about a request of cost n for key. A
 // limiter that decides in process is called directly. Any other is called
 // on its own goroutine under ctx and the policy's timeout, and abandoned
 // when that ends, so that one that never answers cannot hold a request:
 // the call then fails with an error wrapping ErrLimiterTimeout and the
 // context's error, and should the limiter allow the request after all, its
 // charge is given back.
-func (r *Rate) Take(ctx context.Context, key string, n int) (limits.Decision, error) {
+func (r *Rate) take(ctx context.Context, key string, n int) (limits.Decision, error) {
 	if r.local != nil {
 		return r.local.AllowN(key, n), nil
 	}
@@ -137,21 +198,27 @@ func (r *Rate) refundLate(key string, d limits.Decision) {
 	r.Limiter.Refund(ctx, key, d)
 }
 
-// Refund gives back the charge of d for key, within the policy's timeout.
-func (r *Rate) Refund(ctx context.Context, key string, d limits.Decision) error {
-	if r.local != nil {
-		return r.local.Refund(ctx, key, d)
+// Refund gives back what c charged, within the policy's timeout. An error
+// means the limiter's charge stays.
+func (c Charge) Refund(ctx context.Context) error {
+	if c.Rate.Pre != nil {
+		c.Rate.Pre.Refund(ctx, c.Key, c.pre)
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
+	if c.Rate.local != nil {
+		return c.Rate.local.Refund(ctx, c.Key, c.Dec)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.Rate.Timeout)
 	defer cancel()
-	return r.Limiter.Refund(ctx, key, d)
+	return c.Rate.Limiter.Refund(ctx, c.Key, c.Dec)
 }
 
-// Charge is what one policy charged one request.
+// Charge is what one policy charged one request, or, refused, the
+// Decision that refused it.
 type Charge struct {
 	Rate *Rate
 	Key  string
 	Dec  limits.Decision
+	pre  limits.Decision // Pre's charge
 }
 
 // Refusal says which layer refused a request, and why.

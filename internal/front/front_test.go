@@ -66,9 +66,9 @@ func TestRateTakeInTime(t *testing.T) {
 		if r.Timeout != DefaultLimiterTimeout {
 			t.Errorf("default timeout %v", r.Timeout)
 		}
-		d, err := r.Take(context.Background(), "k", 1)
-		if err != nil || !d.Allowed {
-			t.Errorf("Take: %+v, %v", d, err)
+		c, err := r.Take(context.Background(), "k", 1)
+		if err != nil || !c.Dec.Allowed {
+			t.Errorf("Take: %+v, %v", c.Dec, err)
 		}
 		synctest.Wait()
 		if len(l.refunded) != 0 {
@@ -91,11 +91,11 @@ func TestRateTakeInTime(t *testing.T) {
 func TestRateLocal(t *testing.T) {
 	g := limits.NewGCRA(2, time.Hour)
 	r, _ := NewRate("p", g, 0)
-	d, err := r.Take(context.Background(), "k", 2)
-	if err != nil || !d.Allowed {
-		t.Fatalf("Take: %+v, %v", d, err)
+	c, err := r.Take(context.Background(), "k", 2)
+	if err != nil || !c.Dec.Allowed {
+		t.Fatalf("Take: %+v, %v", c.Dec, err)
 	}
-	if err := r.Refund(context.Background(), "k", d); err != nil {
+	if err := c.Refund(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if p := g.Peek("k"); p.Remaining != 2 {
@@ -173,4 +173,49 @@ func TestReasonOf(t *testing.T) {
 			t.Errorf("ReasonOf(%v) = %q, want %q", r, got, want)
 		}
 	}
+}
+
+// TestRatePre checks the limiter in front: a request it refuses never
+// reaches the other, and what it charged is given back when the other
+// refuses, or by a refund.
+func TestRatePre(t *testing.T) {
+	ctx := context.Background()
+	shared := limits.NewGCRA(3, time.Hour)
+	calls := &counting{Limiter: shared}
+	r, _ := NewRate("p", calls, 0)
+	r.Pre = limits.NewGCRA(2, time.Hour)
+	for i, want := range []bool{true, true, false, false} {
+		c, err := r.Take(ctx, "k", 1)
+		if err != nil || c.Dec.Allowed != want {
+			t.Fatalf("request %d: %+v, %v", i, c.Dec, err)
+		}
+	}
+	if calls.n != 2 {
+		t.Errorf("the shared limiter was asked %d times, want 2: the local one refused the rest", calls.n)
+	}
+	// The shared limiter refuses: the local charge is given back.
+	shared.AllowN("j", 3)
+	if c, _ := r.Take(ctx, "j", 1); c.Dec.Allowed {
+		t.Fatalf("shared refusal: %+v", c.Dec)
+	}
+	if p := r.Pre.Peek("j"); p.Remaining != 2 {
+		t.Errorf("local bucket after a shared refusal: %+v, want it whole", p)
+	}
+	// A refund gives back both charges.
+	c, _ := r.Take(ctx, "m", 2)
+	c.Refund(ctx)
+	if p, q := r.Pre.Peek("m"), shared.Peek("m"); p.Remaining != 2 || q.Remaining != 3 {
+		t.Errorf("after a refund: local %d, shared %d remaining", p.Remaining, q.Remaining)
+	}
+}
+
+// counting is a Limiter that counts the calls of Take.
+type counting struct {
+	limits.Limiter
+	n int
+}
+
+func (c *counting) Take(ctx context.Context, key string, n int) (limits.Decision, error) {
+	c.n++
+	return c.Limiter.Take(ctx, key, n)
 }

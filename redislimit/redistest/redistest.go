@@ -10,6 +10,7 @@ package redistest
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -89,6 +90,50 @@ func start(tb testing.TB, extra ...string) *Server {
 	}
 	tb.Fatalf("redistest: cannot start redis-server: %v", err)
 	return nil
+}
+
+// Main runs a test binary's tests, examples included, with a redis-server
+// started for the whole run, whose address it puts in the environment
+// variable env, such as "REDIS_ADDR", so that examples can reach it. It is
+// meant for TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(redistest.Main(m, "REDIS_ADDR")) }
+//
+// Without a redis-server binary it fails the run if LIMITS_REQUIRE_REDIS=1,
+// and otherwise runs the tests with the examples skipped: tests that need
+// a server skip themselves through Start. It returns the exit code.
+func Main(m *testing.M, env string) int {
+	if Binary() == "" {
+		if os.Getenv(RequireEnv) == "1" {
+			fmt.Fprintln(os.Stderr, "redistest: redis-server not found in PATH or /usr/bin; "+RequireEnv+"=1 requires it")
+			return 1
+		}
+		flag.Parse()
+		flag.Set("test.skip", "^Example")
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "redistest")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "redistest:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	s := &Server{bin: Binary(), dir: dir}
+	for range 5 {
+		if s.port, err = freePort(); err != nil {
+			continue
+		}
+		if err = s.start(); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "redistest: cannot start redis-server:", err)
+		return 1
+	}
+	defer s.stop()
+	os.Setenv(env, s.Addr())
+	return m.Run()
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.
@@ -215,7 +260,7 @@ func (s *Server) stop() {
 	_ = s.cmd.Process.Kill()
 	<-s.exited
 	s.cmd = nil
-	if s.tb.Failed() {
+	if s.tb != nil && s.tb.Failed() {
 		s.tb.Logf("redistest: redis-server log:\n%s", s.log.String())
 	}
 }

@@ -1,0 +1,109 @@
+package redislimit
+
+import (
+	"context"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"weak"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// dialWatch notes a client's latest failed dial, so that a call that ran
+// out of time while go-redis was still trying to connect can say why it
+// could not. go-redis dials on a goroutine of its own and retries with
+// pauses, so the caller's deadline usually ends the wait before the dial
+// error reaches it.
+//
+// A dialWatch is a redis.Hook that only observes dials; it leaves commands
+// and pipelines as they are.
+type dialWatch struct {
+	last atomic.Pointer[dialFailure] // nil after a successful dial
+}
+
+// dialFailure is a failed dial and when it ended.
+type dialFailure struct {
+	err error
+	at  time.Time
+}
+
+// DialHook notes the outcome of each dial.
+func (w *dialWatch) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err != nil {
+			w.last.Store(&dialFailure{err: err, at: time.Now()})
+		} else {
+			w.last.Store(nil)
+		}
+		return c, err
+	}
+}
+
+// ProcessHook leaves commands alone.
+func (w *dialWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+// ProcessPipelineHook leaves pipelines alone.
+func (w *dialWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// since returns the error of the latest dial if it failed at start or
+// later, or nil. w may be nil.
+func (w *dialWatch) since(start time.Time) error {
+	if w == nil {
+		return nil
+	}
+	if f := w.last.Load(); f != nil && !f.at.Before(start) {
+		return f.err
+	}
+	return nil
+}
+
+// watches holds the dialWatch of each client that has one, so that a
+// client gets one hook however many GCRAs use it. Its keys are weak
+// pointers to the clients, each removed once its client is garbage.
+var watches struct {
+	sync.Mutex
+	m map[any]*dialWatch
+}
+
+// watchDials returns c's dialWatch, adding it to c first if c has none; nil
+// for clients of other types than *redis.Client and *redis.ClusterClient.
+// A ClusterClient's own dial hook is not used: each node has a client of
+// its own, and the watch is added to those made from now on.
+func watchDials(c redis.UniversalClient) *dialWatch {
+	switch c := c.(type) {
+	case *redis.Client:
+		return watchOf(c, func(w *dialWatch) { c.AddHook(w) })
+	case *redis.ClusterClient:
+		return watchOf(c, func(w *dialWatch) {
+			c.OnNewNode(func(node *redis.Client) { node.AddHook(w) })
+		})
+	}
+	return nil
+}
+
+func watchOf[T any](c *T, install func(*dialWatch)) *dialWatch {
+	k := weak.Make(c)
+	watches.Lock()
+	defer watches.Unlock()
+	if w, ok := watches.m[k]; ok {
+		return w
+	}
+	if watches.m == nil {
+		watches.m = make(map[any]*dialWatch)
+	}
+	w := &dialWatch{}
+	install(w)
+	watches.m[k] = w
+	runtime.AddCleanup(c, func(k weak.Pointer[T]) {
+		watches.Lock()
+		delete(watches.m, k)
+		watches.Unlock()
+	}, k)
+	return w
+}
