@@ -30,7 +30,9 @@ type Gate struct {
 	timedOut atomic.Uint64
 }
 
-// GateStats is a snapshot of a Gate's counters.
+// GateStats is a snapshot of a Gate's counters, in callers; counters only
+// grow, from 0 when the gate was made. It marshals to JSON with the field
+// names in snake case.
 type GateStats struct {
 	// Max is the most callers the gate admits at once.
 	Max int `json:"max"`

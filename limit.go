@@ -10,7 +10,9 @@ import (
 	"github.com/limitsgo/limits/internal/gcra"
 )
 
-// Limit is a number of events allowed per period, such as 100 per minute.
+// Limit is a number of events allowed per period, such as 100 per minute,
+// as configuration gives it (see ParseLimit). The zero Limit is not valid,
+// and means "no limit set" to the front ends' configurations.
 type Limit struct {
 	// Events is how many events the limit allows per Period.
 	Events int

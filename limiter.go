@@ -18,6 +18,9 @@ import (
 // address, then an API key) takes the request only if all allow it: when
 // a later one refuses, it gives back what the earlier ones charged, so that
 // a refused request costs nothing.
+//
+// Implementations must be safe for concurrent use. *GCRA implements it in
+// process; package redislimit's GCRA across a fleet.
 type Limiter interface {
 	// Take decides a request of cost n for key now, and charges it if
 	// allowed. An error means that no decision could be made (a store
@@ -34,7 +37,10 @@ type Limiter interface {
 	Refund(ctx context.Context, key string, d Decision) error
 }
 
-// Decision is the answer of a limiter to one request.
+// Decision is the answer of a limiter to one request, returned by value. Its
+// durations are in nanoseconds, as time.Duration is; its zero value is the
+// answer to nothing (Allowed false, Reason ReasonAllowed) and is never
+// returned by a limiter.
 type Decision struct {
 	// Allowed reports whether the request may proceed.
 	Allowed bool
@@ -71,7 +77,7 @@ type Decision struct {
 	mark gcra.Time
 }
 
-// Reason tells refusals apart.
+// Reason tells refusals apart. Its zero value is ReasonAllowed.
 type Reason uint8
 
 const (

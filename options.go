@@ -6,7 +6,8 @@ import "fmt"
 // a GCRA, a Sizing the sketches of a Rate, an Inflight or an Estimator. A
 // constructor given an option that does not apply to what it builds
 // panics, naming the option: that is a programming error, not one of
-// configuration.
+// configuration. Options are values, safe to share; the nil Option is not
+// valid.
 type Option interface {
 	apply(*options)
 }

@@ -71,7 +71,8 @@ type Rate struct {
 }
 
 // RateComponents is what RateWith passes to its function: the counts of one
-// key in the latest completed window and in the current one.
+// key in the latest completed window and in the current one. Its zero value
+// is a key with no events.
 type RateComponents struct {
 	// Prev is the key's count in the latest completed window, or 0 if that
 	// window ended more than one interval ago.

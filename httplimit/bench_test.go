@@ -84,7 +84,7 @@ func BenchmarkMiddleware(b *testing.B) {
 }
 
 // allocsPerRequest are the allocations per request of each configuration,
-// the handler's own one included, as documented in the README: the
+// the handler's own one included, as documented in docs/PERFORMANCE.md: the
 // client's key, the rate limit header values (one string and one slice for
 // all), with a gate the request's copy carrying its place and that place,
 // and with a caller key that key's bucket name.

@@ -1,0 +1,152 @@
+package httplimit_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/httplimit"
+)
+
+// get sends a GET for path from the client address remote to h and
+// prints what came back.
+func get(h http.Handler, remote, path string, header ...string) {
+	r := httptest.NewRequest(http.MethodGet, path, nil)
+	r.RemoteAddr = remote
+	for i := 0; i+1 < len(header); i += 2 {
+		r.Header.Set(header[i], header[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	fmt.Println(strings.TrimSpace(fmt.Sprint(r.URL.Path, " ", w.Code, " ", w.Header().Get("RateLimit"), " ", w.Header().Get("Retry-After"))))
+}
+
+var hello = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello\n") })
+
+func Example() {
+	m, err := httplimit.New(httplimit.Config{
+		Exempt:      httplimit.ExemptPaths("/healthz"),
+		MaxInFlight: 512,                                         // 503 server_busy beyond
+		Rate:        limits.Limit{Events: 2, Period: time.Minute}, // 429 rate_limited, per client address
+	})
+	if err != nil {
+		panic(err)
+	}
+	h := m.Handler(hello)
+	for range 3 {
+		get(h, "192.0.2.1:4711", "/")
+	}
+	get(h, "192.0.2.1:4711", "/healthz") // exempt
+	get(h, "192.0.2.2:4711", "/")        // another client
+	s := m.Stats()
+	fmt.Println("allowed", s.Allowed, "rate limited", s.RateLimited, "exempt", s.Exempt)
+	// Output:
+	// / 200 "default";r=1;t=30
+	// / 200 "default";r=0;t=60
+	// / 429 "default";r=0;t=30 30
+	// /healthz 200
+	// / 200 "default";r=1;t=30
+	// allowed 3 rate limited 1 exempt 1
+}
+
+// One process has one gate, while its routes carry policies of their own:
+// a login limited per address, an API limited per key, uploads that cost
+// their size. A request refused by a route's policy gets back what the
+// others charged.
+func ExampleMiddleware_With() {
+	m, err := httplimit.New(httplimit.Config{
+		MaxInFlight: 512,
+		Rate:        limits.Limit{Events: 100, Period: time.Minute}, // every route, per address
+	})
+	if err != nil {
+		panic(err)
+	}
+	login, _ := m.With(httplimit.Policy{Name: "login", Rate: limits.Limit{Events: 1, Period: time.Minute}})
+	api, _ := m.With(httplimit.Policy{Name: "api", Rate: limits.Limit{Events: 10, Period: time.Minute}, Key: httplimit.HeaderKey("X-Api-Key")})
+	upload, _ := m.With(httplimit.Policy{
+		Name: "upload", Rate: limits.Limit{Events: 50, Period: time.Hour}, // megabytes an hour
+		Cost: func(r *http.Request) int { mb, _ := strconv.Atoi(r.URL.Query().Get("mb")); return mb },
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/login", login.Handler(hello))
+	mux.Handle("/api", api.Handler(hello))
+	mux.Handle("/upload", upload.Handler(hello))
+	h := m.Handler(mux)
+
+	get(h, "192.0.2.1:1", "/login")
+	get(h, "192.0.2.1:1", "/login")
+	get(h, "192.0.2.1:1", "/api", "X-Api-Key", "k1")
+	get(h, "192.0.2.1:1", "/upload?mb=40")
+	get(h, "192.0.2.1:1", "/upload?mb=20")
+	get(h, "192.0.2.1:1", "/upload?mb=60") // more than the policy ever allows at once
+	// Output:
+	// /login 200 "default";r=99;t=1, "login";r=0;t=60
+	// /login 429 "login";r=0;t=60 60
+	// /api 200 "default";r=98;t=2, "api";r=9;t=6
+	// /upload 200 "default";r=97;t=2, "upload";r=10;t=2880
+	// /upload 429 "upload";r=10;t=720 720
+	// /upload 429 "upload";r=10;t=2880
+}
+
+// A limiter shared by a fleet (here standing in for a redislimit.GCRA)
+// with a local limiter of the same rate in front: a client over the rate
+// in this process is refused without a call to the shared store.
+func ExampleConfig_localBeforeShared() {
+	shared := &countingLimiter{Limiter: limits.NewGCRA(2, time.Minute)}
+	m, err := httplimit.New(httplimit.Config{
+		Limiter: shared,
+		Rate:    limits.Limit{Events: 2, Period: time.Minute}, // asked first, in this process
+	})
+	if err != nil {
+		panic(err)
+	}
+	h := m.Handler(hello)
+	for range 5 {
+		get(h, "192.0.2.1:1", "/")
+	}
+	fmt.Println("calls to the shared limiter:", shared.calls)
+	// Output:
+	// / 200 "default";r=1;t=30
+	// / 200 "default";r=0;t=60
+	// / 429 "default";r=0;t=30 30
+	// / 429 "default";r=0;t=30 30
+	// / 429 "default";r=0;t=30 30
+	// calls to the shared limiter: 2
+}
+
+// countingLimiter counts the calls of Take of the limiter it wraps.
+type countingLimiter struct {
+	limits.Limiter
+	calls int
+}
+
+func (c *countingLimiter) Take(ctx context.Context, key string, n int) (limits.Decision, error) {
+	c.calls++
+	return c.Limiter.Take(ctx, key, n)
+}
+
+// An operator unblocks a client by hand, with the key the middleware uses
+// for its address.
+func ExampleMiddleware_Reset() {
+	m, _ := httplimit.New(httplimit.Config{Rate: limits.Limit{Events: 1, Period: time.Hour}})
+	h := m.Handler(hello)
+	get(h, "198.51.100.7:1", "/")
+	get(h, "198.51.100.7:1", "/")
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "198.51.100.7:1"
+	key := m.ClientKey(r)
+	fmt.Println("key:", key)
+	m.Reset(context.Background(), key)
+	get(h, "198.51.100.7:1", "/")
+	// Output:
+	// / 200 "default";r=0;t=3600
+	// / 429 "default";r=0;t=3600 3600
+	// key: a:198.51.100.7/32
+	// / 200 "default";r=0;t=3600
+}
