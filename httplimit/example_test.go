@@ -32,7 +32,7 @@ var hello = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.W
 func Example() {
 	m, err := httplimit.New(httplimit.Config{
 		Exempt:      httplimit.ExemptPaths("/healthz"),
-		MaxInFlight: 512,                                         // 503 server_busy beyond
+		MaxInFlight: 512,                                          // 503 server_busy beyond
 		Rate:        limits.Limit{Events: 2, Period: time.Minute}, // 429 rate_limited, per client address
 	})
 	if err != nil {
