@@ -3,6 +3,8 @@ package limits
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -16,18 +18,32 @@ import (
 // once, so the gate never builds an unbounded queue. A caller that enters
 // gets a Permit and must Release it, typically with defer.
 //
+// Entering and leaving are a compare-and-swap and an atomic add on the
+// count inside when nobody waits; a place freed while callers wait goes to
+// the one that has waited longest, under a lock. The count inside never
+// exceeds the maximum, and the counters are exact.
+//
 // A Gate fails closed: when it cannot admit, it refuses. All methods are
 // safe for concurrent use. The zero value is not usable; call NewGate.
 type Gate struct {
-	max   int
-	slots chan struct{} // one element per caller inside
-	// waiting counts the callers in Enter's wait, against max.
-	waiting atomic.Int64
+	inside atomic.Int64 // callers holding a place
+	max    atomic.Int64 // the most admitted at once
+	// nwait counts the callers in Enter's wait, or about to be: a Release
+	// that sees it at 0 after freeing a place has no one to hand it to.
+	nwait atomic.Int64
+
+	mu      sync.Mutex
+	waiters []*gateWaiter // first come, first served; guarded by mu
 
 	peak     atomic.Int64
 	admitted atomic.Uint64
 	shed     atomic.Uint64
 	timedOut atomic.Uint64
+}
+
+// gateWaiter is a caller waiting in Enter for a place.
+type gateWaiter struct {
+	granted chan struct{} // receives once the place is the waiter's
 }
 
 // GateStats is a snapshot of a Gate's counters, in callers; counters only
@@ -57,19 +73,36 @@ func NewGate(max int) (*Gate, error) {
 	if max < 1 {
 		return nil, fmt.Errorf("%w: gate size must be >= 1, got %d", ErrInvalidLimit, max)
 	}
-	return &Gate{max: max, slots: make(chan struct{}, max)}, nil
+	g := &Gate{}
+	g.max.Store(int64(max))
+	return g, nil
 }
 
 // TryEnter lets the caller in if there is room, without waiting. It returns
 // false if the gate is full.
 func (g *Gate) TryEnter() (Permit, bool) {
-	select {
-	case g.slots <- struct{}{}:
-		g.entered()
-		return Permit{g: g}, true
-	default:
+	if !g.acquire() {
 		g.shed.Add(1)
 		return Permit{}, false
+	}
+	return Permit{g: g}, true
+}
+
+// acquire takes a place if one is free, and records the admission.
+func (g *Gate) acquire() bool {
+	for {
+		n := g.inside.Load()
+		if n >= g.max.Load() {
+			return false
+		}
+		if g.inside.CompareAndSwap(n, n+1) {
+			g.admitted.Add(1)
+			if n+1 > g.peak.Load() {
+				for p := g.peak.Load(); n+1 > p && !g.peak.CompareAndSwap(p, n+1); p = g.peak.Load() {
+				}
+			}
+			return true
+		}
 	}
 }
 
@@ -78,40 +111,71 @@ func (g *Gate) TryEnter() (Permit, bool) {
 // as many callers as the gate admits are waiting already (counted as
 // Shed); otherwise it gives up when the gate has stayed full for the whole
 // wait or ctx ends first (counted as TimedOut; ctx.Err tells which).
-// Waiting callers are let in first come, first served.
+// Waiting callers are let in first come, first served; a caller that does
+// not wait (TryEnter) may take a place freed between two waiters.
 func (g *Gate) Enter(ctx context.Context, wait time.Duration) (Permit, bool) {
-	select {
-	case g.slots <- struct{}{}:
-		g.entered()
+	if g.acquire() {
 		return Permit{g: g}, true
-	default:
 	}
-	if wait <= 0 || g.waiting.Add(1) > int64(g.max) {
-		if wait > 0 {
-			g.waiting.Add(-1)
-		}
+	if wait <= 0 {
 		g.shed.Add(1)
 		return Permit{}, false
 	}
-	defer g.waiting.Add(-1)
+	g.mu.Lock()
+	// Count in as waiting before looking again, so that a Release that
+	// frees a place after this look sees a waiter to hand it to.
+	g.nwait.Add(1)
+	if g.acquire() {
+		g.nwait.Add(-1)
+		g.mu.Unlock()
+		return Permit{g: g}, true
+	}
+	if len(g.waiters) >= int(g.max.Load()) {
+		g.nwait.Add(-1)
+		g.mu.Unlock()
+		g.shed.Add(1)
+		return Permit{}, false
+	}
+	w := &gateWaiter{granted: make(chan struct{}, 1)}
+	g.waiters = append(g.waiters, w)
+	g.mu.Unlock()
+
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	select {
-	case g.slots <- struct{}{}:
-		g.entered()
+	case <-w.granted:
 		return Permit{g: g}, true
 	case <-timer.C:
 	case <-ctx.Done():
 	}
-	g.timedOut.Add(1)
-	return Permit{}, false
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, o := range g.waiters {
+		if o == w {
+			g.waiters = slices.Delete(g.waiters, i, i+1)
+			g.nwait.Add(-1)
+			g.timedOut.Add(1)
+			return Permit{}, false
+		}
+	}
+	// Granted a place as the wait ended: take it.
+	return Permit{g: g}, true
 }
 
-// entered records an admission.
-func (g *Gate) entered() {
-	g.admitted.Add(1)
-	n := int64(len(g.slots))
-	for p := g.peak.Load(); n > p && !g.peak.CompareAndSwap(p, n); p = g.peak.Load() {
+// release frees a place, and hands a free place to the callers waiting
+// longest, if any.
+func (g *Gate) release() {
+	g.inside.Add(-1)
+	if g.nwait.Load() == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for len(g.waiters) > 0 && g.acquire() {
+		w := g.waiters[0]
+		g.waiters = g.waiters[1:]
+		g.nwait.Add(-1)
+		w.granted <- struct{}{}
 	}
 }
 
@@ -119,10 +183,10 @@ func (g *Gate) entered() {
 // atomically, but not all at the same instant.
 func (g *Gate) Stats() GateStats {
 	return GateStats{
-		Max:      g.max,
-		InFlight: len(g.slots),
+		Max:      int(g.max.Load()),
+		InFlight: int(g.inside.Load()),
 		Peak:     int(g.peak.Load()),
-		Waiting:  int(g.waiting.Load()),
+		Waiting:  int(g.nwait.Load()),
 		Admitted: g.admitted.Load(),
 		Shed:     g.shed.Load(),
 		TimedOut: g.timedOut.Load(),
@@ -145,7 +209,7 @@ type Permit struct {
 // Release gives the place back. Calls after the first do nothing.
 func (p *Permit) Release() {
 	if p.g != nil && p.released.CompareAndSwap(false, true) {
-		<-p.g.slots
+		p.g.release()
 	}
 }
 

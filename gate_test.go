@@ -197,3 +197,60 @@ func TestGateAllocs(t *testing.T) {
 		t.Errorf("TryEnter and Release allocate %v times per run, want 0", allocs)
 	}
 }
+
+// TestGateHandoffNoLostWakeup races a Release with an Enter that finds
+// the gate full, many times: the waiter must always get the place freed,
+// never wait out its hour (in the bubble's time) for want of a wakeup.
+func TestGateHandoffNoLostWakeup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := mustGate(t, 1)
+		for i := range 3000 {
+			p, ok := g.TryEnter()
+			if !ok {
+				t.Fatalf("round %d: the gate is not empty", i)
+			}
+			done := make(chan bool)
+			go func() {
+				q, ok := g.Enter(context.Background(), time.Hour)
+				q.Release()
+				done <- ok
+			}()
+			go p.Release()
+			if !<-done {
+				t.Fatalf("round %d: a waiter timed out though the place was freed", i)
+			}
+		}
+		if s := g.Stats(); s.InFlight != 0 || s.Waiting != 0 || s.TimedOut != 0 || s.Admitted != 6000 {
+			t.Errorf("Stats %+v", s)
+		}
+	})
+}
+
+// TestGateWaitersInOrder checks that waiters are let in first come, first
+// served.
+func TestGateWaitersInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := mustGate(t, 3)
+		var held [3]Permit
+		for i := range held {
+			held[i], _ = g.TryEnter()
+		}
+		order := make(chan int, 3)
+		for i := range 3 {
+			go func() {
+				q, ok := g.Enter(context.Background(), time.Hour)
+				if ok {
+					order <- i
+					q.Release()
+				}
+			}()
+			synctest.Wait() // waiting, in this order
+		}
+		for i := range held {
+			held[i].Release()
+			if got := <-order; got != i {
+				t.Errorf("place %d went to waiter %d, want %d", i, got, i)
+			}
+		}
+	})
+}

@@ -229,6 +229,55 @@ func (g *GCRA) Take(_ context.Context, key string, n int) (Decision, error) {
 	return g.decide(0, false, maphash.String(g.seed, key), n, true), nil
 }
 
+// Wait is WaitN(ctx, key, 1).
+func (g *GCRA) Wait(ctx context.Context, key string) error {
+	return g.WaitN(ctx, key, 1)
+}
+
+// WaitN blocks until a request of cost n for key is allowed, charges it
+// and returns nil: to pace outbound calls per key, such as a crawler's per
+// host, without a limiter per key. It returns at the first instant the
+// request is allowed (RetryAfter after each refusal), and never lets more
+// through than AllowN would.
+//
+// It charges nothing unless it returns nil. It returns an error at once,
+// wrapping context.DeadlineExceeded, if the request could not be allowed
+// before ctx's deadline, and ctx's error if ctx ends while it waits. A
+// cost above the burst, a negative cost, or a new key finding the table
+// full is an error too, at once.
+//
+// Callers waiting on one key are not queued: each waits for the instant
+// the key allows its own request and tries again then, so a caller may be
+// overtaken by one that came later, and many callers on one key each wake
+// for every request let through. WaitN allocates a timer when it waits.
+func (g *GCRA) WaitN(ctx context.Context, key string, n int) error {
+	h := maphash.String(g.seed, key)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		d := g.decide(0, false, h, n, true)
+		switch d.Reason {
+		case ReasonAllowed:
+			return nil
+		case ReasonRateLimited:
+		default:
+			return fmt.Errorf("limits: Wait(n=%d): %v", n, d.Reason)
+		}
+		at := d.At.Add(d.RetryAfter)
+		if deadline, ok := ctx.Deadline(); ok && !at.Before(deadline) {
+			return fmt.Errorf("limits: Wait(n=%d) would pass the context's deadline: %w", n, context.DeadlineExceeded)
+		}
+		t := time.NewTimer(time.Until(at))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
 // Refund gives back the charge of d, an allowed Decision that AllowN, Take
 // or Allow returned for key: the part of it that the key still owes now,
 // so that the key is left owing no less than had the request never been
