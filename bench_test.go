@@ -103,9 +103,12 @@ func benchOps(keys []string) []struct {
 	cr := NewRate(time.Second, Sizing{Hashes: 4, Slots: 1024, Conservative: true})
 	in := NewInflight()
 	// A limit no key reaches in a benchmark, so that every call charges,
-	// with each call adding 3.6ms to its key's state, so that the table
-	// stays full of live keys rather than of expired ones.
-	g := NewGCRA(1_000_000, time.Hour)
+	// with each call adding a minute to its key's state, so that the table
+	// stays full of live keys (as in bench/); and one whose keys expire a
+	// millisecond after each request, so that every call finds its key's
+	// state expired: keys that churn.
+	g := NewGCRA(1_000_000, 1_000_000*time.Minute)
+	churn := NewGCRA(1, time.Millisecond)
 	return []struct {
 		name string
 		op   func(string)
@@ -120,6 +123,7 @@ func benchOps(keys []string) []struct {
 			g.Close()
 		}},
 		{"GCRA.Allow", func(k string) { g.Allow(k) }},
+		{"GCRA.Allow/churn", func(k string) { churn.Allow(k) }},
 	}
 }
 

@@ -382,12 +382,12 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 				ahead = g.p.Sub(ahead, gcra.Time{NS: late})
 			}
 		}
-		r := g.p.Decide(ahead, cost, charge)
-		if !r.Allowed || !charge {
+		allowed, after := g.p.Judge(ahead, cost, charge)
+		if !allowed || !charge {
 			s.mu.Unlock()
-			return g.decision(r, reason, n, now, gcra.Time{})
+			return g.decision(g.p.Report(allowed, after, cost), reason, n, now, gcra.Time{})
 		}
-		tat := g.p.Add(gcra.Time{NS: now}, r.Ahead)
+		tat := g.p.Add(gcra.Time{NS: now}, after)
 		switch {
 		case i >= 0:
 			s.store(g, i, tat)
@@ -421,7 +421,7 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 			continue
 		}
 		s.mu.Unlock()
-		return g.decision(r, reason, n, now, tat)
+		return g.decision(g.p.Report(true, after, cost), reason, n, now, tat)
 	}
 }
 
@@ -564,19 +564,25 @@ func (s *gcraShard) purge(g *GCRA, now int64) int {
 }
 
 // maintain keeps the shard's probe sequences short once three-quarters of
-// its slots are used: it frees expired keys' places, then doubles the
-// shard if it is over half full of keys and may still grow, or clears its
-// tombstones if they fill an eighth of it. A shard at its largest that is
-// still three-quarters full of keys in use goes on filling. The cost, at
-// most one pass over the shard and one over its new slots, is amortised
-// over the insertions that filled it; only growing allocates, at most
-// eight times in a shard's life. s.mu is held; now is the real clock.
+// its slots are used. While it may still grow, it frees expired keys'
+// places, then doubles the shard if it is over half full of keys, or
+// clears its tombstones if they fill an eighth of it. At its largest size
+// it waits until seven-eighths are used: keys that expired there come back
+// to their slots, or make room for new keys when the table is at its cap,
+// and freeing them early would only make each return an insertion. The
+// cost, at most one pass over the shard and one over its new slots, is
+// amortised over the insertions that filled it; only growing allocates, at
+// most eight times in a shard's life. s.mu is held; now is the real clock.
 func (s *gcraShard) maintain(g *GCRA, now int64) {
+	full := len(s.slots) >= g.shardMax
+	if full && 8*s.used <= 7*len(s.slots) {
+		return
+	}
 	if s.next <= now {
 		s.purge(g, now)
 	}
 	switch {
-	case 2*s.held > len(s.slots) && len(s.slots) < g.shardMax:
+	case !full && 2*s.held > len(s.slots):
 		s.rebuild(g, 2*len(s.slots), now)
 	case 8*(s.used-s.held) >= len(s.slots):
 		s.compact(g, now)

@@ -164,6 +164,13 @@ type Result struct {
 // time consistent with the state. With charge set, an allowed request's
 // cost is added to the returned Ahead.
 func (p *Policy) Decide(ahead Time, n int, charge bool) Result {
+	allowed, after := p.Judge(ahead, n, charge)
+	return p.Report(allowed, after, n)
+}
+
+// Judge is the decision of Decide without its report: whether the request
+// is allowed, and the key's lead after it.
+func (p *Policy) Judge(ahead Time, n int, charge bool) (allowed bool, after Time) {
 	if !Positive(ahead) {
 		ahead = Time{}
 	} else if Less(p.D, ahead) {
@@ -172,11 +179,11 @@ func (p *Policy) Decide(ahead Time, n int, charge bool) Result {
 	next := p.Add(ahead, p.Cost(n))
 	switch {
 	case Less(p.D, next):
-		return p.Report(false, ahead, n)
+		return false, ahead
 	case charge:
-		return p.Report(true, next, n)
+		return true, next
 	}
-	return p.Report(true, ahead, n)
+	return true, ahead
 }
 
 // Report builds the Result of a decision made elsewhere (by the Redis
