@@ -9,8 +9,9 @@ import (
 	"time"
 )
 
-// Gate admits at most a fixed number of callers at once, for the whole
-// process: the answer to "can this process take one more request now?".
+// Gate admits at most a number of callers at once, for the whole process:
+// the answer to "can this process take one more request now?". The number
+// is fixed unless SetMax changes it.
 //
 // TryEnter succeeds or fails at once. Enter may also wait a short, bounded
 // time for a place, for contention that clears within milliseconds; at most
@@ -171,12 +172,36 @@ func (g *Gate) release() {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.grant()
+}
+
+// grant hands free places to the callers waiting longest. g.mu is held.
+func (g *Gate) grant() {
 	for len(g.waiters) > 0 && g.acquire() {
 		w := g.waiters[0]
 		g.waiters = g.waiters[1:]
 		g.nwait.Add(-1)
 		w.granted <- struct{}{}
 	}
+}
+
+// SetMax changes the most callers g admits at once, such as a controller
+// that finds the process's capacity from latency does (package adaptive),
+// and returns the previous maximum. It panics if max < 1. A larger maximum
+// lets waiting callers in at once; a smaller one admits nobody new until
+// enough callers inside have left, and never turns anyone out. At most
+// max callers may wait.
+func (g *Gate) SetMax(max int) int {
+	if max < 1 {
+		panic(fmt.Sprintf("limits: gate size must be >= 1, got %d", max))
+	}
+	old := g.max.Swap(int64(max))
+	if int64(max) > old && g.nwait.Load() > 0 {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.grant()
+	}
+	return int(old)
 }
 
 // Stats returns a snapshot of g's counters. Each counter is read

@@ -254,3 +254,50 @@ func TestGateWaitersInOrder(t *testing.T) {
 		}
 	})
 }
+
+func TestGateSetMax(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := mustGate(t, 2)
+		var held [2]Permit
+		held[0], _ = g.TryEnter()
+		held[1], _ = g.TryEnter()
+		done := make(chan bool)
+		go func() {
+			p, ok := g.Enter(context.Background(), time.Hour)
+			done <- ok
+			<-done
+			p.Release()
+		}()
+		synctest.Wait()
+		if old := g.SetMax(3); old != 2 {
+			t.Errorf("SetMax returned %d, want 2", old)
+		}
+		if !<-done {
+			t.Fatal("a larger maximum did not let the waiter in")
+		}
+		// Shrinking below the callers inside turns nobody out, and admits
+		// nobody new until enough have left.
+		g.SetMax(1)
+		if _, ok := g.TryEnter(); ok {
+			t.Error("admitted over the new maximum")
+		}
+		done <- true
+		held[0].Release()
+		synctest.Wait()
+		if _, ok := g.TryEnter(); ok {
+			t.Error("admitted with 1 inside and a maximum of 1")
+		}
+		held[1].Release()
+		if p, ok := g.TryEnter(); !ok {
+			t.Error("refused with the gate empty")
+		} else {
+			p.Release()
+		}
+		if s := g.Stats(); s.Max != 1 || s.InFlight != 0 || s.Peak != 3 {
+			t.Errorf("Stats %+v", s)
+		}
+		if got := mustPanic(t, func() { g.SetMax(0) }); got != "limits: gate size must be >= 1, got 0" {
+			t.Errorf("SetMax(0) panicked with %q", got)
+		}
+	})
+}

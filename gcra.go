@@ -87,6 +87,7 @@ type GCRA struct {
 	shards   []gcraShard
 	keys     atomic.Int64  // slots holding a key, expired or not, in all shards
 	cursor   atomic.Uint64 // the next shard reclaim looks at
+	full     atomic.Uint64 // requests refused with ReasonTableFull
 }
 
 // shardSlots is the most slots a shard holds: 16 KiB, the most one call
@@ -185,6 +186,12 @@ func (g *GCRA) MaxKeys() int { return int(g.maxKeys) }
 // Len returns the number of keys held, counting those whose state has
 // expired but whose place has not been taken or freed yet.
 func (g *GCRA) Len() int { return int(g.keys.Load()) }
+
+// TableFull returns how many requests g has refused with ReasonTableFull
+// since it was made: new keys that found the table full of keys in use.
+// A table kept full is a limit set too low for the clients it serves, or
+// an attack; metrics should show it.
+func (g *GCRA) TableFull() uint64 { return g.full.Load() }
 
 // Allow decides a request of cost 1 for key now. It is AllowN(key, 1).
 func (g *GCRA) Allow(key string) Decision {
@@ -416,6 +423,7 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 				freed = g.reclaim(real)
 			}
 			if freed == 0 || attempt > 1 {
+				g.full.Add(1)
 				return g.decision(gcra.Result{}, ReasonTableFull, n, now, gcra.Time{})
 			}
 			continue

@@ -359,6 +359,9 @@ func TestGCRATableFull(t *testing.T) {
 		if g.Len() != 3 {
 			t.Errorf("Len = %d, want 3", g.Len())
 		}
+		if n := g.TableFull(); n != 3 {
+			t.Errorf("TableFull = %d, want the 3 refusals of new keys", n)
+		}
 	})
 }
 
