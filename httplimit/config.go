@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/internal/front"
 )
 
 // Config configures a Middleware. Every layer is optional; the zero Config
@@ -300,9 +301,9 @@ func (c *Config) LoadEnv(prefix string, lookup func(string) (string, bool)) erro
 	if v, name, ok := e.get(EnvTrustedProxies); ok {
 		c.TrustedProxies = c.TrustedProxies[:0:0]
 		for s := range strings.SplitSeq(v, ",") {
-			p, err := parsePrefix(strings.TrimSpace(s))
-			if err != nil {
-				e.err = fmt.Errorf("httplimit: %s=%q: %v", name, v, err)
+			p, ok := front.ParsePrefix(strings.TrimSpace(s))
+			if !ok {
+				e.err = fmt.Errorf("httplimit: %s=%q: %q is neither a prefix nor an address", name, v, strings.TrimSpace(s))
 				break
 			}
 			c.TrustedProxies = append(c.TrustedProxies, p)
@@ -331,17 +332,4 @@ func (p *Policy) LoadEnv(prefix string, lookup func(string) (string, bool)) erro
 	e.integer(EnvBurst, &p.Burst)
 	e.integer(EnvMaxKeys, &p.MaxKeys)
 	return e.err
-}
-
-// parsePrefix parses a network prefix, or a single address as the prefix
-// holding only it.
-func parsePrefix(s string) (netip.Prefix, error) {
-	if p, err := netip.ParsePrefix(s); err == nil {
-		return p.Masked(), nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("%q is neither a prefix nor an address", s)
-	}
-	return netip.PrefixFrom(a, a.BitLen()), nil
 }

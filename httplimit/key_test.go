@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/internal/front"
 )
 
 func mustNew(t testing.TB, cfg Config) *Middleware {
@@ -170,7 +171,7 @@ func checkClientIP(t *testing.T, m *Middleware, r *http.Request) {
 	if want := map[bool]int{true: 32, false: 64}[p.Addr().Is4()]; p.Bits() != want || p != p.Masked() {
 		t.Fatalf("clientIP = %s, want a masked /%d", p, want)
 	}
-	if peer := parseHost(r.RemoteAddr); peer.IsValid() && !m.c.trusted(peer) {
+	if peer := front.ParseHost(r.RemoteAddr); peer.IsValid() && !m.c.id.Trusted(peer) {
 		if want, _ := peer.Prefix(p.Bits()); p != want {
 			t.Fatalf("untrusted peer %s: clientIP = %s, want %s", r.RemoteAddr, p, want)
 		}

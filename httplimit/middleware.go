@@ -2,8 +2,6 @@ package httplimit
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -82,9 +80,8 @@ type core struct {
 	limTime   time.Duration // bound on each limiter call
 	onError   ErrorPolicy
 
-	proxies            []netip.Prefix
-	forwarded          string // the canonical name of the forwarding header
-	ipv4Bits, ipv6Bits int
+	id        front.Identity
+	forwarded string // the canonical name of the forwarding header
 
 	slots          *front.Slots
 	inflightStatus int
@@ -100,36 +97,14 @@ type core struct {
 	// policies keyed by what the caller chooses need in front of them.
 	hasAddr bool
 
-	n        counters
+	n        front.Counters
+	admit    front.Admission
 	mu       sync.Mutex
 	policies []*rateLayer // every policy of m and of the routes made with With, for Stats
 }
 
-// rateLayer is one rate policy as a Middleware applies it: which bucket a
-// request goes to, and what it costs.
-type rateLayer struct {
-	*front.Rate
-	kind   keyKind
-	key    func(*http.Request) string // the caller-chosen key, for caller and route layers
-	cost   func(*http.Request) int    // nil: 1
-	global bool                       // one of Config's, not a route's
-}
-
-// keyKind says how a rate layer keys its buckets.
-type keyKind uint8
-
-const (
-	byAddress keyKind = iota // the client address: "a:" and its prefix
-	byCaller                 // a caller-chosen key: "c:" and its hash, or "n:" and the address key without one
-	byKeyless                // the bucket that requests without a caller key share per address
-)
-
-// counters are a front end's outcome counters.
-type counters struct {
-	exempt, allowed, serverBusy, requestTimeout,
-	concurrencyLimited, concurrencyTableFull atomic.Uint64
-	rates front.Counts // refusals by the rate layers, by reason
-}
+// rateLayer is one rate policy as a Middleware applies it.
+type rateLayer = front.Layer[*http.Request]
 
 // Stats is a snapshot of a Middleware's counters, shared with the route
 // Middlewares made from it by With. It marshals to JSON, so it can be
@@ -213,14 +188,16 @@ type Denial struct {
 // of Config's fields.
 func New(cfg Config) (*Middleware, error) {
 	c := &core{
-		exempt:         cfg.Exempt,
-		queueWait:      cfg.QueueWait,
-		timeout:        cfg.Timeout,
-		busyRetry:      cfg.BusyRetryAfter,
-		onError:        cfg.OnLimiterError,
-		proxies:        make([]netip.Prefix, len(cfg.TrustedProxies)),
-		ipv4Bits:       cmp0(cfg.IPv4Prefix, 32),
-		ipv6Bits:       cmp0(cfg.IPv6Prefix, 64),
+		exempt:    cfg.Exempt,
+		queueWait: cfg.QueueWait,
+		timeout:   cfg.Timeout,
+		busyRetry: cfg.BusyRetryAfter,
+		onError:   cfg.OnLimiterError,
+		id: front.Identity{
+			Proxies:  make([]netip.Prefix, len(cfg.TrustedProxies)),
+			IPv4Bits: cmp0(cfg.IPv4Prefix, 32),
+			IPv6Bits: cmp0(cfg.IPv6Prefix, 64),
+		},
 		inflightStatus: cmp0(cfg.InFlightStatus, http.StatusTooManyRequests),
 		headers:        cfg.Headers,
 		deny:           cfg.Deny,
@@ -239,7 +216,7 @@ func New(cfg Config) (*Middleware, error) {
 			return nil, fmt.Errorf("httplimit: %s must not be negative, got %d", f.name, f.v)
 		}
 	}
-	if c.ipv4Bits > 32 || c.ipv4Bits < 0 || c.ipv6Bits > 128 || c.ipv6Bits < 0 {
+	if c.id.IPv4Bits > 32 || c.id.IPv4Bits < 0 || c.id.IPv6Bits > 128 || c.id.IPv6Bits < 0 {
 		return nil, fmt.Errorf("httplimit: prefix lengths must be within 0-32 (IPv4) and 0-128 (IPv6), got %d and %d", cfg.IPv4Prefix, cfg.IPv6Prefix)
 	}
 	if c.inflightStatus < 400 || c.inflightStatus > 599 {
@@ -263,7 +240,7 @@ func New(cfg Config) (*Middleware, error) {
 		}
 	}
 	for i, p := range cfg.TrustedProxies {
-		c.proxies[i] = p.Masked()
+		c.id.Proxies[i] = p.Masked()
 	}
 	c.forwarded = http.CanonicalHeaderKey(cfg.ForwardedHeader)
 	switch c.forwarded {
@@ -273,6 +250,8 @@ func New(cfg Config) (*Middleware, error) {
 	default:
 		return nil, fmt.Errorf("httplimit: ForwardedHeader must be X-Forwarded-For, Forwarded or X-Real-IP, got %q", cfg.ForwardedHeader)
 	}
+	c.id.Forwarded = c.forwarded == "Forwarded"
+	c.admit = front.Admission{FailOpen: c.onError == FailOpen, Counts: &c.n.Rates, OnError: c.logLimiter}
 	if cfg.MaxInFlight > 0 {
 		c.gate, _ = limits.NewGate(cfg.MaxInFlight) // cannot fail: MaxInFlight > 0
 	}
@@ -305,7 +284,7 @@ func New(cfg Config) (*Middleware, error) {
 		if err != nil {
 			return nil, fmt.Errorf("httplimit: Rate: %w", err)
 		}
-		l.kind, l.cost, l.global = byAddress, cfg.Cost, true
+		l.Kind, l.Cost = front.ByAddress, cfg.Cost
 		m.rates = append(m.rates, l)
 		c.hasAddr = true
 	}
@@ -317,8 +296,8 @@ func New(cfg Config) (*Middleware, error) {
 		if err != nil {
 			return nil, fmt.Errorf("httplimit: Rate: %w", err)
 		}
-		l.kind, l.key, l.cost, l.global = byCaller, cfg.CallerKey, cfg.Cost, true
-		keyless := &rateLayer{Rate: l.Rate.Named(KeylessPolicy), kind: byKeyless, cost: cfg.Cost, global: true}
+		l.Kind, l.Key, l.Cost = front.ByCaller, cfg.CallerKey, cfg.Cost
+		keyless := &rateLayer{Rate: l.Rate.Named(KeylessPolicy), Kind: front.Keyless, Cost: cfg.Cost}
 		m.rates = append(m.rates, l, keyless)
 	}
 	c.policies = append(c.policies, m.rates...)
@@ -390,17 +369,17 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 func (m *Middleware) Stats() Stats {
 	c := m.c
 	s := Stats{
-		Exempt:               c.n.exempt.Load(),
-		Allowed:              c.n.allowed.Load(),
-		RateLimited:          c.n.rates.RateLimited.Load(),
-		ServerBusy:           c.n.serverBusy.Load(),
-		RequestTimeout:       c.n.requestTimeout.Load(),
-		LimiterError:         c.n.rates.LimiterError.Load(),
-		TableFull:            c.n.rates.TableFull.Load(),
-		CostAboveBurst:       c.n.rates.CostAboveBurst.Load(),
-		InvalidCost:          c.n.rates.InvalidCost.Load(),
-		ConcurrencyLimited:   c.n.concurrencyLimited.Load(),
-		ConcurrencyTableFull: c.n.concurrencyTableFull.Load(),
+		Exempt:               c.n.Exempt.Load(),
+		Allowed:              c.n.Allowed.Load(),
+		RateLimited:          c.n.Rates.RateLimited.Load(),
+		ServerBusy:           c.n.ServerBusy.Load(),
+		RequestTimeout:       c.n.RequestTimeout.Load(),
+		LimiterError:         c.n.Rates.LimiterError.Load(),
+		TableFull:            c.n.Rates.TableFull.Load(),
+		CostAboveBurst:       c.n.Rates.CostAboveBurst.Load(),
+		InvalidCost:          c.n.Rates.InvalidCost.Load(),
+		ConcurrencyLimited:   c.n.ConcurrencyLimited.Load(),
+		ConcurrencyTableFull: c.n.ConcurrencyTableFull.Load(),
 	}
 	if c.gate != nil {
 		g := c.gate.Stats()
@@ -483,7 +462,7 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 	if c.exempt != nil && c.exempt(r) {
-		c.n.exempt.Add(1)
+		c.n.Exempt.Add(1)
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -508,7 +487,7 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			q.permit, ok = c.gate.TryEnter()
 		}
 		if !ok {
-			c.n.serverBusy.Add(1)
+			c.n.ServerBusy.Add(1)
 			c.refuse(w, r, "", Denial{Status: http.StatusServiceUnavailable, Reason: ReasonServerBusy, RetryAfter: c.busyRetry})
 			return
 		}
@@ -521,7 +500,7 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if q == nil {
 		// Nothing to hold: the charges live on this goroutine's stack.
 		if m.admit(w, r, addr) {
-			c.n.allowed.Add(1)
+			c.n.Allowed.Add(1)
 			next.ServeHTTP(w, r)
 		}
 		return
@@ -532,13 +511,13 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 	if c.slots != nil {
 		if reason := c.slots.Acquire(addr); reason != "" {
-			c.refund(r, charges)
+			c.admit.Refund(r.Context(), charges)
 			status := c.inflightStatus
 			if reason == ReasonConcurrencyTableFull {
-				c.n.concurrencyTableFull.Add(1)
+				c.n.ConcurrencyTableFull.Add(1)
 				status = http.StatusServiceUnavailable
 			} else {
-				c.n.concurrencyLimited.Add(1)
+				c.n.ConcurrencyLimited.Add(1)
 			}
 			c.refuse(w, r, addr, Denial{Status: status, Reason: reason, RetryAfter: c.busyRetry})
 			return
@@ -548,7 +527,7 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	q.client, q.charges, q.counted = addr, charges, true
 
 	c.setRateHeaders(w.Header(), charges)
-	c.n.allowed.Add(1)
+	c.n.Allowed.Add(1)
 	if c.timeout > 0 {
 		handedOff = true
 		c.serveWithTimeout(next, w, r, q)
@@ -577,7 +556,7 @@ func (m *Middleware) serveRoute(next http.Handler, w http.ResponseWriter, r *htt
 	if !ok {
 		q.charges = q.charges[:0] // given back
 		if q.counted {
-			c.n.allowed.Add(^uint64(0)) // refused after all
+			c.n.Allowed.Add(^uint64(0)) // refused after all
 			q.counted = false
 		}
 		return
@@ -593,87 +572,41 @@ func (m *Middleware) serveRoute(next http.Handler, w http.ResponseWriter, r *htt
 // the refusal and returns false.
 func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, addr string, layers []*rateLayer, charges []front.Charge) ([]front.Charge, bool) {
 	c := m.c
-	for i := 0; i < len(layers); i++ {
-		l := layers[i]
-		key := addr
-		switch l.kind {
-		case byCaller:
-			if ck := l.key(r); ck != "" {
-				key = callerBucket(ck)
-			} else {
-				i++ // the keyless bucket, next in line, instead
-				l, key = layers[i], "n:"+addr
-			}
-		case byKeyless:
-			continue // taken instead of the caller key's, above
-		}
-		n := 1
-		if l.cost != nil {
-			n = l.cost(r)
-		}
-		ch, err := l.Take(r.Context(), key, n)
-		if err != nil {
-			l.Counts.Add(ReasonLimiterError)
-			c.n.rates.Add(ReasonLimiterError)
-			if c.onError == FailOpen {
-				c.log(r, "httplimit: limiter failed; request served", ReasonLimiterError, key, err)
-				continue
-			}
-			c.refund(r, charges)
-			c.refuse(w, r, key, Denial{Status: http.StatusServiceUnavailable, Reason: ReasonLimiterError, RetryAfter: c.busyRetry, Policy: l.Name, Err: err})
-			return nil, false
-		}
-		d := ch.Dec
-		if d.Allowed {
-			l.Counts.Add("")
-			charges = append(charges, ch)
-			continue
-		}
-		c.refund(r, charges)
-		reason := front.ReasonOf(d)
-		l.Counts.Add(reason)
-		c.n.rates.Add(reason)
-		refused := d // a copy for the Denial, made only on this path
-		den := Denial{Reason: reason, Decision: &refused, Policy: l.Name}
-		switch reason {
-		case ReasonRateLimited:
-			den.Status, den.RetryAfter = http.StatusTooManyRequests, max(ceilSecond(d.RetryAfter), time.Second)
-		case ReasonTableFull:
-			den.Status, den.RetryAfter = http.StatusServiceUnavailable, c.busyRetry
-		case ReasonCostAboveBurst:
-			den.Status = http.StatusTooManyRequests
-		case ReasonInvalidCost:
-			den.Status = http.StatusInternalServerError
-		default: // unavailable, from a limiter that said so without an error
-			den.Status, den.RetryAfter = http.StatusServiceUnavailable, c.busyRetry
-		}
-		c.setRefusalHeaders(w.Header(), l.Item, d, reason)
-		c.refuse(w, r, key, den)
-		return nil, false
+	charges, ref := front.Admit(r.Context(), &c.admit, r, addr, layers, charges)
+	if ref == nil {
+		return charges, true
 	}
-	return charges, true
+	den := Denial{Reason: ref.Reason, Policy: ref.Rate.Name, Err: ref.Err}
+	switch ref.Reason {
+	case ReasonLimiterError:
+		den.Status, den.RetryAfter = http.StatusServiceUnavailable, c.busyRetry
+		c.refuse(w, r, ref.Key, den)
+		return nil, false
+	case ReasonRateLimited:
+		den.Status, den.RetryAfter = http.StatusTooManyRequests, max(ceilSecond(ref.Dec.RetryAfter), time.Second)
+	case ReasonTableFull:
+		den.Status, den.RetryAfter = http.StatusServiceUnavailable, c.busyRetry
+	case ReasonCostAboveBurst:
+		den.Status = http.StatusTooManyRequests
+	case ReasonInvalidCost:
+		den.Status = http.StatusInternalServerError
+	}
+	refused := ref.Dec // a copy for the Denial, made only on this path
+	den.Decision = &refused
+	c.setRefusalHeaders(w.Header(), ref.Rate.Item, ref.Dec, ref.Reason)
+	c.refuse(w, r, ref.Key, den)
+	return nil, false
 }
 
-// callerBucket returns the bucket's key for a key the caller chose: a hash
-// of it, so that session tokens and API keys never reach a limiter (or a
-// shared store) in clear, and their length is fixed.
-func callerBucket(callerKey string) string {
-	sum := sha256.Sum256([]byte(callerKey))
-	var buf [2 + 2*16]byte
-	copy(buf[:], "c:")
-	hex.Encode(buf[2:], sum[:16])
-	return string(buf[:])
-}
-
-// refund gives back what charges charged, latest first. It runs even if
-// the client has gone, within each limiter's timeout; a refund that fails
-// leaves the charge in place.
-func (c *core) refund(r *http.Request, charges []front.Charge) {
-	ctx := context.WithoutCancel(r.Context())
-	for i := len(charges) - 1; i >= 0; i-- {
-		if err := charges[i].Refund(ctx); err != nil {
-			c.log(r, "httplimit: refund failed; the charge stays", ReasonLimiterError, charges[i].Key, err)
-		}
+// logLimiter logs a limiter's failure or a failed refund, for Admission.
+func (c *core) logLimiter(ctx context.Context, req any, what, key string, err error) {
+	if r, ok := req.(*http.Request); ok {
+		c.log(r, "httplimit: "+what, ReasonLimiterError, key, err)
+		return
+	}
+	if c.logger != nil {
+		c.logger.LogAttrs(ctx, slog.LevelError, "httplimit: "+what, slog.String("reason", ReasonLimiterError),
+			slog.String("key_hash", keyHash(key)), slog.String("error", err.Error()))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/internal/front"
 )
 
 // Policy is a rate limit of one route, which a Middleware made by With
@@ -81,10 +82,10 @@ func (m *Middleware) With(policies ...Policy) (*Middleware, error) {
 		if err != nil {
 			return nil, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
 		}
-		l.key, l.cost = p.Key, p.Cost
+		l.Key, l.Cost = p.Key, p.Cost
 		if p.Key != nil {
-			l.kind = byCaller
-			keyless := &rateLayer{Rate: l.Rate.Named(p.Name), kind: byKeyless, cost: p.Cost}
+			l.Kind = front.ByCaller
+			keyless := &rateLayer{Rate: l.Rate.Named(p.Name), Kind: front.Keyless, Cost: p.Cost}
 			r.rates = append(r.rates, l, keyless)
 			r.own += 2
 		} else {

@@ -49,7 +49,7 @@ func (c *core) serveWithTimeout(next http.Handler, w http.ResponseWriter, r *htt
 		if !errors.Is(ctx.Err(), context.DeadlineExceeded) || r.Context().Err() != nil {
 			return // the client went away: nobody to answer
 		}
-		c.n.requestTimeout.Add(1)
+		c.n.RequestTimeout.Add(1)
 		c.refuse(w, r, "", Denial{Status: http.StatusServiceUnavailable, Reason: ReasonRequestTimeout, RetryAfter: c.busyRetry})
 	}
 }

@@ -225,8 +225,10 @@ type Charge struct {
 type Refusal struct {
 	// Reason is one of the Reason codes.
 	Reason string
-	// Rate is the policy that refused, for refusals by a rate policy.
+	// Rate is the policy that refused, for refusals by a rate policy, and
+	// Key the key of the bucket it refused.
 	Rate *Rate
+	Key  string
 	// Dec is that policy's Decision, when it decided.
 	Dec limits.Decision
 	// Err is the limiter's error, for limiter_error.

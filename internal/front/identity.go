@@ -1,0 +1,142 @@
+package front
+
+import (
+	"net/netip"
+	"strings"
+)
+
+// Identity tells clients apart by address, as every front end does: the
+// peer of the connection, or, when the peer is a trusted proxy, the
+// address that proxy forwarded; grouped by prefix (IPv6 by /64 by
+// default). The zero Identity trusts no proxy and groups nothing.
+type Identity struct {
+	// Proxies are the trusted proxies' networks, masked.
+	Proxies []netip.Prefix
+	// IPv4Bits and IPv6Bits are the prefix lengths clients are grouped by.
+	IPv4Bits, IPv6Bits int
+	// Forwarded says the forwarding values are elements of a Forwarded
+	// header (RFC 7239), whose for= parameter holds the address, rather
+	// than bare addresses (X-Forwarded-For, X-Real-IP).
+	Forwarded bool
+}
+
+// Key returns the key of a client's address bucket: "a:" and its prefix,
+// or "a:invalid" for a client whose address cannot be parsed. peer is the
+// connection's remote address, with or without a port; forwarded, read
+// only if the peer is a trusted proxy, the values of the one forwarding
+// header the proxies write, each a comma-separated list of hops.
+func (id *Identity) Key(peer string, forwarded func() []string) string {
+	var buf [64]byte
+	b := append(buf[:0], "a:"...)
+	if p := id.Client(peer, forwarded); p.IsValid() {
+		b, _ = p.AppendText(b)
+	} else {
+		b = append(b, "invalid"...)
+	}
+	return string(b)
+}
+
+// Client returns the client's address as its group prefix: the IPv4 or
+// IPv6 prefix of the configured length holding it. Only when the peer is
+// a trusted proxy is the forwarding header read, from the right: the
+// client is the right-most address that is not a trusted proxy, since
+// everything left of it was written by parties not trusted. A client whose
+// addresses cannot be parsed gets the invalid Prefix, one bucket for all.
+func (id *Identity) Client(peer string, forwarded func() []string) netip.Prefix {
+	a := ParseHost(peer)
+	if a.IsValid() && id.Trusted(a) && forwarded != nil {
+		if hop, ok := id.forwardedClient(forwarded()); ok {
+			a = hop
+		}
+	}
+	if !a.IsValid() {
+		return netip.Prefix{}
+	}
+	bits := id.IPv6Bits
+	if a.Is4() {
+		bits = id.IPv4Bits
+	}
+	p, err := a.Prefix(bits)
+	if err != nil {
+		return netip.Prefix{}
+	}
+	return p
+}
+
+// Trusted reports whether a is inside one of the trusted proxy prefixes.
+func (id *Identity) Trusted(a netip.Addr) bool {
+	for _, p := range id.Proxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// forwardedClient walks the forwarding values from the right and returns
+// the first address that is not a trusted proxy. It reports false if they
+// name no address; if the first hop that is not trusted cannot be parsed,
+// the nearest trusted hop stands for the client.
+func (id *Identity) forwardedClient(lines []string) (netip.Addr, bool) {
+	var hops []string
+	for _, line := range lines {
+		for hop := range strings.SplitSeq(line, ",") {
+			if id.Forwarded {
+				hop = forwardedFor(hop)
+			}
+			hops = append(hops, hop)
+		}
+	}
+	var last netip.Addr // the nearest trusted hop seen so far
+	for i := len(hops) - 1; i >= 0; i-- {
+		a := ParseHost(strings.TrimSpace(hops[i]))
+		if !a.IsValid() {
+			break
+		}
+		if !id.Trusted(a) {
+			return a, true
+		}
+		last = a
+	}
+	return last, last.IsValid()
+}
+
+// forwardedFor returns the value of the for= parameter of one element of a
+// Forwarded header, without quotes, or "".
+func forwardedFor(elem string) string {
+	for pair := range strings.SplitSeq(elem, ";") {
+		k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if ok && strings.EqualFold(k, "for") {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return ""
+}
+
+// ParseHost parses an address with or without a port, IPv6 with or
+// without brackets ("192.0.2.1", "192.0.2.1:80", "[2001:db8::1]:80",
+// "2001:db8::1"), dropping any zone and unmapping IPv4-mapped IPv6. It
+// returns the zero Addr if s is none of these.
+func ParseHost(s string) netip.Addr {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap().WithZone("")
+	}
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap().WithZone("")
+	}
+	return netip.Addr{}
+}
+
+// ParsePrefix parses a network prefix, or a single address as the prefix
+// holding only it, masked.
+func ParsePrefix(s string) (netip.Prefix, bool) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), true
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, false
+	}
+	return netip.PrefixFrom(a, a.BitLen()), true
+}
