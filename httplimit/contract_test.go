@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/internal/front"
 )
 
 // serve sends one GET for path from the client address remote, with header
@@ -282,6 +283,22 @@ func TestNewErrorsDeterministic(t *testing.T) {
 	for range 50 {
 		if _, err := New(cfg); err == nil || err.Error() != first.Error() {
 			t.Fatalf("New gave %v, then %v", first, err)
+		}
+	}
+}
+
+// TestReasonsShared checks that the reason codes are those every front end
+// uses.
+func TestReasonsShared(t *testing.T) {
+	for got, want := range map[string]string{
+		ReasonRateLimited: front.ReasonRateLimited, ReasonServerBusy: front.ReasonServerBusy,
+		ReasonRequestTimeout: front.ReasonRequestTimeout, ReasonLimiterError: front.ReasonLimiterError,
+		ReasonTableFull: front.ReasonTableFull, ReasonCostAboveBurst: front.ReasonCostAboveBurst,
+		ReasonInvalidCost: front.ReasonInvalidCost, ReasonConcurrencyLimited: front.ReasonConcurrencyLimited,
+		ReasonConcurrencyTableFull: front.ReasonConcurrencyTableFull,
+	} {
+		if got != want {
+			t.Errorf("reason %q, the front ends say %q", got, want)
 		}
 	}
 }

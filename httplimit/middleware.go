@@ -19,15 +19,15 @@ import (
 // Reasons of refusals, as sent in problem bodies, passed to Config.Deny and
 // logged.
 const (
-	ReasonRateLimited          = front.ReasonRateLimited          // 429: the client's bucket is empty
-	ReasonServerBusy           = front.ReasonServerBusy           // 503: the gate is full
-	ReasonRequestTimeout       = front.ReasonRequestTimeout       // 503: the request ran past Config.Timeout
-	ReasonLimiterError         = front.ReasonLimiterError         // 503: a limiter failed or did not answer in time, and the policy is FailClosed
-	ReasonTableFull            = front.ReasonTableFull            // 503: the limiter tracks as many clients as it may
-	ReasonCostAboveBurst       = front.ReasonCostAboveBurst       // 429, no Retry-After: the request costs more than the client's whole burst
-	ReasonInvalidCost          = front.ReasonInvalidCost          // 500: the request's cost is negative
-	ReasonConcurrencyLimited   = front.ReasonConcurrencyLimited   // Config.InFlightStatus: the client has too many requests in progress
-	ReasonConcurrencyTableFull = front.ReasonConcurrencyTableFull // 503: too many clients have requests in progress
+	ReasonRateLimited          = "rate_limited"           // 429: the client's bucket is empty
+	ReasonServerBusy           = "server_busy"            // 503: the gate is full
+	ReasonRequestTimeout       = "request_timeout"        // 503: the request ran past Config.Timeout
+	ReasonLimiterError         = "limiter_error"          // 503: a limiter failed or did not answer in time, and the policy is FailClosed
+	ReasonTableFull            = "table_full"             // 503: the limiter tracks as many clients as it may
+	ReasonCostAboveBurst       = "cost_above_burst"       // 429, no Retry-After: the request costs more than the client's whole burst
+	ReasonInvalidCost          = "invalid_cost"           // 500: the request's cost is negative
+	ReasonConcurrencyLimited   = "concurrency_limited"    // Config.InFlightStatus: the client has too many requests in progress
+	ReasonConcurrencyTableFull = "concurrency_table_full" // 503: too many clients have requests in progress
 )
 
 // Middleware limits the requests that pass through its Handler, in layers
