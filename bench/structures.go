@@ -60,6 +60,14 @@ type Structure struct {
 	Refuses bool
 	// New returns a new, empty instance.
 	New func() Instance
+	// Churn, for the limiters, returns a new, empty instance whose keys
+	// expire a millisecond after each request (one event per millisecond,
+	// in bursts of one): every key's state has expired by the time the
+	// benchmark comes back to it, as with a short-period limit on keys
+	// that come and go. ChurnConfig says how it is configured. Nil for the
+	// structures that keep no state per key that could expire.
+	Churn       func() Instance
+	ChurnConfig string
 }
 
 // Instance is a Structure made ready for use.
@@ -173,6 +181,11 @@ func Structures() []Structure {
 				g := limits.NewGCRA(bigBurst, bigBurst*gcraPeriod)
 				return instance(func(k string) bool { return g.Allow(k).Allowed })
 			},
+			ChurnConfig: "`NewGCRA(1, time.Millisecond)`.",
+			Churn: func() Instance {
+				g := limits.NewGCRA(1, time.Millisecond)
+				return instance(func(k string) bool { return g.Allow(k).Allowed })
+			},
 		},
 		{
 			Name:    "GCRARefused",
@@ -197,7 +210,9 @@ func Structures() []Structure {
 			Kind:  Peer,
 			Config: "golang.org/x/time/rate: a `map[string]*rate.Limiter` under a `sync.Mutex`, one " +
 				"`rate.NewLimiter(rate.Every(time.Minute), 1_000_000)` per key; a call finds the key's limiter and calls `Allow()`.",
-			New: newXTimeRate,
+			New:         newXTimeRate,
+			ChurnConfig: "`rate.NewLimiter(rate.Every(time.Millisecond), 1)` per key.",
+			Churn:       func() Instance { return newXTimeRateOf(rate.Every(time.Millisecond), 1) },
 		},
 		{
 			Name:  "ThrottledMem",
@@ -205,7 +220,9 @@ func Structures() []Structure {
 			Kind:  Peer,
 			Config: "throttled/v2: `NewGCRARateLimiterCtx` over `memstore.NewCtx(0)` (a map under a `sync.RWMutex`, no key limit), " +
 				"`RateQuota{MaxRate: PerDuration(1, time.Minute), MaxBurst: 999_999}` (a burst of 1,000,000); a call is `RateLimitCtx(ctx, key, 1)`.",
-			New: func() Instance { return newThrottled(0) },
+			New:         func() Instance { return newThrottled(0) },
+			ChurnConfig: "`RateQuota{MaxRate: PerDuration(1, time.Millisecond), MaxBurst: 0}`.",
+			Churn:       func() Instance { return newThrottledOf(0, throttled.PerDuration(1, time.Millisecond), 0) },
 		},
 		{
 			Name:  "ThrottledLRU",
@@ -222,7 +239,9 @@ func Structures() []Structure {
 			Kind:  Peer,
 			Config: "sethvargo/go-limiter: `memorystore.New(&Config{Tokens: 1_000_000, Interval: time.Hour})`, " +
 				"other fields default (sweep every 6 h); a call is `Take(ctx, key)`.",
-			New: newGoLimiter,
+			New:         newGoLimiter,
+			ChurnConfig: "`Config{Tokens: 1, Interval: time.Millisecond}`.",
+			Churn:       func() Instance { return newGoLimiterOf(1, time.Millisecond) },
 		},
 		{
 			Name:  "Httprate",
@@ -231,7 +250,9 @@ func Structures() []Structure {
 			Config: "go-chi/httprate: `NewLocalLimitCounter(time.Hour)`; a call does what its middleware does per request: " +
 				"reads the clock, `Get` for the current and previous windows, the sliding estimate against a limit of " +
 				"1,000,000 an hour, and `IncrementBy(key, window, 1)`.",
-			New: newHttprate,
+			New:         newHttprate,
+			ChurnConfig: "`NewLocalLimitCounter(time.Millisecond)`, a limit of 1 per window.",
+			Churn:       func() Instance { return newHttprateOf(time.Millisecond, 1) },
 		},
 		{
 			Name:  "Ulule",
@@ -240,7 +261,9 @@ func Structures() []Structure {
 			Config: "ulule/limiter/v3: `limiter.New(memory.NewStore(), Rate{Period: time.Hour, Limit: 1_000_000})` " +
 				"(default prefix, cleanup every 30 s); a call is `Get(ctx, key)`, which adds 1. " +
 				"The store builds the prefixed key (`limiter:` and the key) with a `strings.Builder` on every call, which allocates.",
-			New: newUlule,
+			New:         newUlule,
+			ChurnConfig: "`Rate{Period: time.Millisecond, Limit: 1}`.",
+			Churn:       func() Instance { return newUluleOf(time.Millisecond, 1) },
 		},
 	}
 }
@@ -320,14 +343,16 @@ func newSyncMap() Instance {
 	})
 }
 
-func newXTimeRate() Instance {
+func newXTimeRate() Instance { return newXTimeRateOf(rate.Every(gcraPeriod), bigBurst) }
+
+func newXTimeRateOf(every rate.Limit, burst int) Instance {
 	var mu sync.Mutex
 	m := make(map[string]*rate.Limiter)
 	return instance(func(k string) bool {
 		mu.Lock()
 		l := m[k]
 		if l == nil {
-			l = rate.NewLimiter(rate.Every(gcraPeriod), bigBurst)
+			l = rate.NewLimiter(every, burst)
 			m[k] = l
 		}
 		mu.Unlock()
@@ -336,11 +361,15 @@ func newXTimeRate() Instance {
 }
 
 func newThrottled(maxKeys int) Instance {
+	return newThrottledOf(maxKeys, throttled.PerDuration(1, gcraPeriod), bigBurst-1)
+}
+
+func newThrottledOf(maxKeys int, r throttled.Rate, burst int) Instance {
 	st, err := memstore.NewCtx(maxKeys)
 	if err != nil {
 		panic(err)
 	}
-	quota := throttled.RateQuota{MaxRate: throttled.PerDuration(1, gcraPeriod), MaxBurst: bigBurst - 1}
+	quota := throttled.RateQuota{MaxRate: r, MaxBurst: burst}
 	rl, err := throttled.NewGCRARateLimiterCtx(st, quota)
 	if err != nil {
 		panic(err)
@@ -352,8 +381,10 @@ func newThrottled(maxKeys int) Instance {
 	})
 }
 
-func newGoLimiter() Instance {
-	st, err := golimiter.New(&golimiter.Config{Tokens: bigBurst, Interval: window})
+func newGoLimiter() Instance { return newGoLimiterOf(bigBurst, window) }
+
+func newGoLimiterOf(tokens uint64, interval time.Duration) Instance {
+	st, err := golimiter.New(&golimiter.Config{Tokens: tokens, Interval: interval})
 	if err != nil {
 		panic(err)
 	}
@@ -366,7 +397,9 @@ func newGoLimiter() Instance {
 	return in
 }
 
-func newHttprate() Instance {
+func newHttprate() Instance { return newHttprateOf(window, bigBurst) }
+
+func newHttprateOf(window time.Duration, limit float64) Instance {
 	var c httprate.LimitCounter = httprate.NewLocalLimitCounter(window)
 	return instance(func(k string) bool {
 		now := time.Now().UTC()
@@ -376,15 +409,17 @@ func newHttprate() Instance {
 			return false
 		}
 		est := float64(prev)*float64(window-now.Sub(cur))/float64(window) + float64(curr)
-		if est+1 > bigBurst {
+		if est+1 > limit {
 			return false
 		}
 		return c.IncrementBy(k, cur, 1) == nil
 	})
 }
 
-func newUlule() Instance {
-	l := ulule.New(ulmemory.NewStore(), ulule.Rate{Period: window, Limit: bigBurst})
+func newUlule() Instance { return newUluleOf(window, bigBurst) }
+
+func newUluleOf(period time.Duration, limit int64) Instance {
+	l := ulule.New(ulmemory.NewStore(), ulule.Rate{Period: period, Limit: limit})
 	ctx := context.Background()
 	return instance(func(k string) bool {
 		c, err := l.Get(ctx, k)

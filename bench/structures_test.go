@@ -3,6 +3,7 @@ package bench
 import (
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -85,5 +86,40 @@ func TestLookupUnknown(t *testing.T) {
 func TestShardSize(t *testing.T) {
 	if got := unsafe.Sizeof(mapShard{}); got != 64 {
 		t.Errorf("a shard of the sharded map takes %d bytes, want 64 (one cache line)", got)
+	}
+}
+
+// TestChurn checks that each churning configuration allows every call to
+// a key whose state has expired, as the churn benchmark expects, and that
+// it says how it is configured.
+func TestChurn(t *testing.T) {
+	keys := Keys(500)
+	n := 0
+	for _, s := range Structures() {
+		if s.Churn == nil {
+			continue
+		}
+		n++
+		t.Run(s.Name, func(t *testing.T) {
+			if s.ChurnConfig == "" {
+				t.Error("no churn configuration described")
+			}
+			in := s.Churn()
+			defer in.Close()
+			for _, k := range keys {
+				in.Fill(strings.Clone(k))
+			}
+			for round := range 3 {
+				time.Sleep(3 * time.Millisecond) // every key's state expires
+				for _, k := range keys {
+					if !in.Op(k) {
+						t.Fatalf("round %d, key %q refused after its state expired", round, k)
+					}
+				}
+			}
+		})
+	}
+	if n < 5 {
+		t.Errorf("%d structures churn, want the GCRA and the peers", n)
 	}
 }
