@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -197,88 +195,6 @@ const (
 	EnvPolicyName           = "LIMITS_POLICY_NAME"             // PolicyName
 )
 
-// env reads variables of one prefix for LoadEnv, keeping the first error,
-// which names the variable read.
-type env struct {
-	prefix string
-	lookup func(string) (string, bool)
-	err    error
-}
-
-func newEnv(prefix string, lookup func(string) (string, bool)) *env {
-	if prefix == "" {
-		prefix = "LIMITS_"
-	}
-	if lookup == nil {
-		lookup = os.LookupEnv
-	}
-	return &env{prefix: prefix, lookup: lookup}
-}
-
-// get returns the value of the variable named, for the prefix "LIMITS_",
-// name, and the name actually read.
-func (e *env) get(name string) (string, string, bool) {
-	name = e.prefix + strings.TrimPrefix(name, "LIMITS_")
-	v, ok := e.lookup(name)
-	return strings.TrimSpace(v), name, ok && e.err == nil
-}
-
-func (e *env) fail(name, v, want string) {
-	e.err = fmt.Errorf("httplimit: %s=%q: want %s", name, v, want)
-}
-
-// integer reads an integer >= 1.
-func (e *env) integer(name string, dst *int) {
-	if v, name, ok := e.get(name); ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			e.fail(name, v, "an integer >= 1")
-			return
-		}
-		*dst = n
-	}
-}
-
-// duration reads a duration > 0, or >= 0 if zero is allowed.
-func (e *env) duration(name string, dst *time.Duration, zero bool) {
-	if v, name, ok := e.get(name); ok {
-		d, err := time.ParseDuration(v)
-		switch {
-		case zero && (err != nil || d < 0):
-			e.fail(name, v, "a duration >= 0, such as 10ms")
-		case !zero && (err != nil || d <= 0):
-			e.fail(name, v, "a duration > 0, such as 10s")
-		default:
-			*dst = d
-		}
-	}
-}
-
-// limit reads a limit as limits.ParseLimit does.
-func (e *env) limit(name string, dst *limits.Limit) {
-	if v, name, ok := e.get(name); ok {
-		l, err := limits.ParseLimit(v)
-		if err != nil {
-			e.err = fmt.Errorf("httplimit: %s: %w", name, err)
-			return
-		}
-		*dst = l
-	}
-}
-
-// choice reads one of the names of choices.
-func (e *env) choice(name string, choices []string, dst func(i int)) {
-	if v, name, ok := e.get(name); ok {
-		for i, c := range choices {
-			if strings.EqualFold(v, c) {
-				dst(i)
-				return
-			}
-		}
-		e.fail(name, v, "one of "+strings.Join(choices, ", "))
-	}
-}
-
 // LoadEnv sets the fields of c named by the environment variables Env*
 // that are set, read with lookup (os.LookupEnv if nil). prefix replaces
 // "LIMITS_" in their names; "" keeps it. Unset variables leave their
@@ -287,37 +203,24 @@ func (e *env) choice(name string, choices []string, dst func(i int)) {
 // variable read: a service should refuse to start rather than run without
 // the limits it was given.
 func (c *Config) LoadEnv(prefix string, lookup func(string) (string, bool)) error {
-	e := newEnv(prefix, lookup)
-	e.limit(EnvRate, &c.Rate)
-	e.integer(EnvBurst, &c.Burst)
-	e.integer(EnvMaxKeys, &c.MaxKeys)
-	e.integer(EnvMaxInFlight, &c.MaxInFlight)
-	e.duration(EnvQueueWait, &c.QueueWait, true)
-	e.duration(EnvTimeout, &c.Timeout, false)
-	e.duration(EnvBusyRetryAfter, &c.BusyRetryAfter, false)
-	e.duration(EnvLimiterTimeout, &c.LimiterTimeout, false)
-	e.integer(EnvAddressMultiplier, &c.AddressMultiplier)
-	e.integer(EnvMaxInFlightPerClient, &c.MaxInFlightPerClient)
-	if v, name, ok := e.get(EnvTrustedProxies); ok {
-		c.TrustedProxies = c.TrustedProxies[:0:0]
-		for s := range strings.SplitSeq(v, ",") {
-			p, ok := front.ParsePrefix(strings.TrimSpace(s))
-			if !ok {
-				e.err = fmt.Errorf("httplimit: %s=%q: %q is neither a prefix nor an address", name, v, strings.TrimSpace(s))
-				break
-			}
-			c.TrustedProxies = append(c.TrustedProxies, p)
-		}
-	}
-	e.choice(EnvForwardedHeader, []string{"X-Forwarded-For", "Forwarded", "X-Real-IP"}, func(i int) {
-		c.ForwardedHeader = []string{"X-Forwarded-For", "Forwarded", "X-Real-IP"}[i]
-	})
-	e.choice(EnvOnLimiterError, []string{"fail_closed", "fail_open"}, func(i int) { c.OnLimiterError = ErrorPolicy(i) })
-	e.choice(EnvHeaders, []string{"ietf", "ietf_legacy", "legacy", "none"}, func(i int) { c.Headers = HeaderMode(i) })
-	if v, _, ok := e.get(EnvPolicyName); ok {
-		c.PolicyName = v
-	}
-	return e.err
+	e := front.NewEnv("httplimit", prefix, lookup)
+	e.Limit(EnvRate, &c.Rate)
+	e.Integer(EnvBurst, &c.Burst)
+	e.Integer(EnvMaxKeys, &c.MaxKeys)
+	e.Integer(EnvMaxInFlight, &c.MaxInFlight)
+	e.Duration(EnvQueueWait, &c.QueueWait, true)
+	e.Duration(EnvTimeout, &c.Timeout, false)
+	e.Duration(EnvBusyRetryAfter, &c.BusyRetryAfter, false)
+	e.Duration(EnvLimiterTimeout, &c.LimiterTimeout, false)
+	e.Integer(EnvAddressMultiplier, &c.AddressMultiplier)
+	e.Integer(EnvMaxInFlightPerClient, &c.MaxInFlightPerClient)
+	e.Prefixes(EnvTrustedProxies, &c.TrustedProxies)
+	forwarded := []string{"X-Forwarded-For", "Forwarded", "X-Real-IP"}
+	e.Choice(EnvForwardedHeader, forwarded, func(i int) { c.ForwardedHeader = forwarded[i] })
+	e.Choice(EnvOnLimiterError, []string{"fail_closed", "fail_open"}, func(i int) { c.OnLimiterError = ErrorPolicy(i) })
+	e.Choice(EnvHeaders, []string{"ietf", "ietf_legacy", "legacy", "none"}, func(i int) { c.Headers = HeaderMode(i) })
+	e.String(EnvPolicyName, &c.PolicyName)
+	return e.Err
 }
 
 // LoadEnv sets the fields of p named by the variables RATE, BURST and
@@ -327,9 +230,9 @@ func (p *Policy) LoadEnv(prefix string, lookup func(string) (string, bool)) erro
 	if prefix == "" {
 		return fmt.Errorf("httplimit: Policy.LoadEnv needs a prefix, such as LIMITS_%s_", strings.ToUpper(p.Name))
 	}
-	e := newEnv(prefix, lookup)
-	e.limit(EnvRate, &p.Rate)
-	e.integer(EnvBurst, &p.Burst)
-	e.integer(EnvMaxKeys, &p.MaxKeys)
-	return e.err
+	e := front.NewEnv("httplimit", prefix, lookup)
+	e.Limit(EnvRate, &p.Rate)
+	e.Integer(EnvBurst, &p.Burst)
+	e.Integer(EnvMaxKeys, &p.MaxKeys)
+	return e.Err
 }

@@ -302,3 +302,19 @@ func TestReasonsShared(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvShared checks that the environment variables are those every
+// front end reads.
+func TestEnvShared(t *testing.T) {
+	for got, want := range map[string]string{
+		EnvRate: front.EnvRate, EnvBurst: front.EnvBurst, EnvMaxKeys: front.EnvMaxKeys, EnvMaxInFlight: front.EnvMaxInFlight,
+		EnvQueueWait: front.EnvQueueWait, EnvTimeout: front.EnvTimeout, EnvBusyRetryAfter: front.EnvBusyRetryAfter,
+		EnvLimiterTimeout: front.EnvLimiterTimeout, EnvAddressMultiplier: front.EnvAddressMultiplier,
+		EnvMaxInFlightPerClient: front.EnvMaxInFlightPerClient, EnvTrustedProxies: front.EnvTrustedProxies,
+		EnvForwardedHeader: front.EnvForwardedHeader, EnvOnLimiterError: front.EnvOnLimiterError, EnvPolicyName: front.EnvPolicyName,
+	} {
+		if got != want {
+			t.Errorf("variable %q, the front ends say %q", got, want)
+		}
+	}
+}

@@ -2,12 +2,9 @@ package httplimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -188,36 +185,36 @@ type Denial struct {
 // of Config's fields.
 func New(cfg Config) (*Middleware, error) {
 	c := &core{
-		exempt:    cfg.Exempt,
-		queueWait: cfg.QueueWait,
-		timeout:   cfg.Timeout,
-		busyRetry: cfg.BusyRetryAfter,
-		onError:   cfg.OnLimiterError,
-		id: front.Identity{
-			Proxies:  make([]netip.Prefix, len(cfg.TrustedProxies)),
-			IPv4Bits: cmp0(cfg.IPv4Prefix, 32),
-			IPv6Bits: cmp0(cfg.IPv6Prefix, 64),
-		},
-		inflightStatus: cmp0(cfg.InFlightStatus, http.StatusTooManyRequests),
+		exempt:         cfg.Exempt,
+		queueWait:      cfg.QueueWait,
+		timeout:        cfg.Timeout,
+		busyRetry:      cfg.BusyRetryAfter,
+		onError:        cfg.OnLimiterError,
+		inflightStatus: front.Or(cfg.InFlightStatus, http.StatusTooManyRequests),
 		headers:        cfg.Headers,
 		deny:           cfg.Deny,
 		logger:         cfg.Logger,
 	}
-	for _, f := range []struct {
-		name string
-		v    int64
-	}{
-		{"MaxInFlight", int64(cfg.MaxInFlight)}, {"QueueWait", int64(cfg.QueueWait)}, {"Timeout", int64(cfg.Timeout)},
-		{"BusyRetryAfter", int64(cfg.BusyRetryAfter)}, {"Burst", int64(cfg.Burst)}, {"MaxKeys", int64(cfg.MaxKeys)},
-		{"LimiterTimeout", int64(cfg.LimiterTimeout)}, {"AddressMultiplier", int64(cfg.AddressMultiplier)},
-		{"MaxInFlightPerClient", int64(cfg.MaxInFlightPerClient)},
-	} {
-		if f.v < 0 {
-			return nil, fmt.Errorf("httplimit: %s must not be negative, got %d", f.name, f.v)
-		}
+	if err := front.CheckNonNegative(
+		front.Field{Name: "MaxInFlight", Value: int64(cfg.MaxInFlight)}, front.Field{Name: "QueueWait", Value: int64(cfg.QueueWait)},
+		front.Field{Name: "Timeout", Value: int64(cfg.Timeout)}, front.Field{Name: "BusyRetryAfter", Value: int64(cfg.BusyRetryAfter)},
+		front.Field{Name: "Burst", Value: int64(cfg.Burst)}, front.Field{Name: "MaxKeys", Value: int64(cfg.MaxKeys)},
+		front.Field{Name: "LimiterTimeout", Value: int64(cfg.LimiterTimeout)}, front.Field{Name: "AddressMultiplier", Value: int64(cfg.AddressMultiplier)},
+		front.Field{Name: "MaxInFlightPerClient", Value: int64(cfg.MaxInFlightPerClient)},
+	); err != nil {
+		return nil, fmt.Errorf("httplimit: %w", err)
 	}
-	if c.id.IPv4Bits > 32 || c.id.IPv4Bits < 0 || c.id.IPv6Bits > 128 || c.id.IPv6Bits < 0 {
-		return nil, fmt.Errorf("httplimit: prefix lengths must be within 0-32 (IPv4) and 0-128 (IPv6), got %d and %d", cfg.IPv4Prefix, cfg.IPv6Prefix)
+	c.forwarded = http.CanonicalHeaderKey(cfg.ForwardedHeader)
+	switch c.forwarded {
+	case "":
+		c.forwarded = "X-Forwarded-For"
+	case "X-Forwarded-For", "Forwarded", "X-Real-Ip":
+	default:
+		return nil, fmt.Errorf("httplimit: ForwardedHeader must be X-Forwarded-For, Forwarded or X-Real-IP, got %q", cfg.ForwardedHeader)
+	}
+	var err error
+	if c.id, err = front.NewIdentity(cfg.TrustedProxies, cfg.IPv4Prefix, cfg.IPv6Prefix, c.forwarded == "Forwarded"); err != nil {
+		return nil, fmt.Errorf("httplimit: %w", err)
 	}
 	if c.inflightStatus < 400 || c.inflightStatus > 599 {
 		return nil, fmt.Errorf("httplimit: InFlightStatus must be a 4xx or 5xx status, got %d", cfg.InFlightStatus)
@@ -232,128 +229,35 @@ func New(cfg Config) (*Middleware, error) {
 	if c.busyRetry == 0 {
 		c.busyRetry = time.Second
 	}
-	c.limTime = cfg.LimiterTimeout
-	if c.limTime == 0 {
-		c.limTime = front.DefaultLimiterTimeout
-		if cfg.Timeout > 0 {
-			c.limTime = min(c.limTime, cfg.Timeout)
-		}
-	}
-	for i, p := range cfg.TrustedProxies {
-		c.id.Proxies[i] = p.Masked()
-	}
-	c.forwarded = http.CanonicalHeaderKey(cfg.ForwardedHeader)
-	switch c.forwarded {
-	case "":
-		c.forwarded = "X-Forwarded-For"
-	case "X-Forwarded-For", "Forwarded", "X-Real-Ip":
-	default:
-		return nil, fmt.Errorf("httplimit: ForwardedHeader must be X-Forwarded-For, Forwarded or X-Real-IP, got %q", cfg.ForwardedHeader)
-	}
-	c.id.Forwarded = c.forwarded == "Forwarded"
+	c.limTime = front.LimiterBound(cfg.LimiterTimeout, cfg.Timeout)
 	c.admit = front.Admission{FailOpen: c.onError == FailOpen, Counts: &c.n.Rates, OnError: c.logLimiter}
 	if cfg.MaxInFlight > 0 {
 		c.gate, _ = limits.NewGate(cfg.MaxInFlight) // cannot fail: MaxInFlight > 0
 	}
 	if cfg.MaxInFlightPerClient > 0 {
-		c.slots = front.NewSlots(cfg.MaxInFlightPerClient, cmp0(cfg.MaxKeys, DefaultMaxKeys))
+		c.slots = front.NewSlots(cfg.MaxInFlightPerClient, front.Or(cfg.MaxKeys, DefaultMaxKeys))
 	}
-	m := &Middleware{c: c}
-
-	policy := cfg.PolicyName
-	if policy == "" {
-		policy = "default"
-	}
-	if _, ok := front.SFString(policy); !ok {
-		return nil, fmt.Errorf("httplimit: PolicyName %q must be printable ASCII", cfg.PolicyName)
-	}
-	hasRate := cfg.Rate != limits.Limit{}
-	if hasRate {
-		if err := cfg.Rate.Validate(); err != nil {
-			return nil, fmt.Errorf("httplimit: Rate: %w", err)
-		}
-	}
-	scale := 1
-	addrPolicy := policy
-	if cfg.CallerKey != nil {
-		scale = cmp0(cfg.AddressMultiplier, DefaultAddressMultiplier)
-		addrPolicy = "address"
-	}
-	if cfg.Limiter != nil || hasRate {
-		l, err := c.layer(addrPolicy, cfg.Rate, cfg.Burst, cfg.MaxKeys, cfg.Limiter, scale)
-		if err != nil {
-			return nil, fmt.Errorf("httplimit: Rate: %w", err)
-		}
-		l.Kind, l.Cost = front.ByAddress, cfg.Cost
-		m.rates = append(m.rates, l)
-		c.hasAddr = true
-	}
-	if cfg.CallerKey != nil {
-		if cfg.CallerLimiter == nil && !hasRate {
-			return nil, errors.New("httplimit: CallerKey needs Rate or CallerLimiter")
-		}
-		l, err := c.layer(policy, cfg.Rate, cfg.Burst, cfg.MaxKeys, cfg.CallerLimiter, 1)
-		if err != nil {
-			return nil, fmt.Errorf("httplimit: Rate: %w", err)
-		}
-		l.Kind, l.Key, l.Cost = front.ByCaller, cfg.CallerKey, cfg.Cost
-		keyless := &rateLayer{Rate: l.Rate.Named(KeylessPolicy), Kind: front.Keyless, Cost: cfg.Cost}
-		m.rates = append(m.rates, l, keyless)
-	}
-	c.policies = append(c.policies, m.rates...)
-	return m, nil
-}
-
-// layer builds a rate policy named name: limiter l, in front of which a
-// local GCRA of rate and burst is asked first if rate is set, or, if l is
-// nil, that local GCRA alone. Both the rate and the burst are multiplied
-// by scale.
-func (c *core) layer(name string, rate limits.Limit, burst, maxKeys int, l limits.Limiter, scale int) (*rateLayer, error) {
-	var local *limits.GCRA
-	if rate != (limits.Limit{}) {
-		burst = cmp0(burst, rate.Events)
-		if rate.Events > math.MaxInt/scale || burst > math.MaxInt/scale {
-			return nil, fmt.Errorf("%v times %d overflows", rate, scale)
-		}
-		var err error
-		local, err = limits.NewGCRAFor(limits.Limit{Events: rate.Events * scale, Period: rate.Period},
-			limits.WithBurst(burst*scale), limits.WithMaxKeys(cmp0(maxKeys, DefaultMaxKeys)))
-		if err != nil {
-			return nil, err
-		}
-	}
-	var r *front.Rate
-	var err error
-	if l == nil {
-		r, err = front.NewRate(name, local, c.limTime)
-	} else {
-		r, err = front.NewRate(name, l, c.limTime)
-		if r != nil {
-			r.Pre = local
-		}
-	}
+	rates, err := front.Layers(front.RateConfig{
+		PolicyName: cfg.PolicyName, Rate: cfg.Rate, Burst: cfg.Burst, MaxKeys: cfg.MaxKeys,
+		Limiter: cfg.Limiter, LimiterTimeout: c.limTime,
+		CallerKeyed: cfg.CallerKey != nil, AddressMultiplier: cfg.AddressMultiplier, CallerLimiter: cfg.CallerLimiter,
+	}, cfg.CallerKey, cfg.Cost)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("httplimit: %w", err)
 	}
-	return &rateLayer{Rate: r}, nil
+	c.hasAddr = len(rates) > 0 && rates[0].Kind == front.ByAddress
+	c.policies = rates
+	return &Middleware{c: c, rates: rates}, nil
 }
 
 // DefaultMaxKeys is the number of clients a local limiter, and the
 // per-client concurrency table, track at most unless Config.MaxKeys says
 // otherwise.
-const DefaultMaxKeys = 1 << 20
+const DefaultMaxKeys = front.DefaultMaxKeys
 
 // KeylessPolicy names, in responses, the bucket that requests without a
 // caller key share per client address when Config.CallerKey is set.
-const KeylessPolicy = "keyless"
-
-// cmp0 returns v, or def if v is 0.
-func cmp0(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
-}
+const KeylessPolicy = front.KeylessPolicy
 
 // Handler returns next wrapped in m's layers. Its type makes m.Handler a
 // middleware for net/http's ServeMux and for routers such as chi.
@@ -368,18 +272,12 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // instant.
 func (m *Middleware) Stats() Stats {
 	c := m.c
+	t := c.n.Load()
 	s := Stats{
-		Exempt:               c.n.Exempt.Load(),
-		Allowed:              c.n.Allowed.Load(),
-		RateLimited:          c.n.Rates.RateLimited.Load(),
-		ServerBusy:           c.n.ServerBusy.Load(),
-		RequestTimeout:       c.n.RequestTimeout.Load(),
-		LimiterError:         c.n.Rates.LimiterError.Load(),
-		TableFull:            c.n.Rates.TableFull.Load(),
-		CostAboveBurst:       c.n.Rates.CostAboveBurst.Load(),
-		InvalidCost:          c.n.Rates.InvalidCost.Load(),
-		ConcurrencyLimited:   c.n.ConcurrencyLimited.Load(),
-		ConcurrencyTableFull: c.n.ConcurrencyTableFull.Load(),
+		Exempt: t.Exempt, Allowed: t.Allowed, RateLimited: t.RateLimited, ServerBusy: t.ServerBusy,
+		RequestTimeout: t.RequestTimeout, LimiterError: t.LimiterError, TableFull: t.TableFull,
+		CostAboveBurst: t.CostAboveBurst, InvalidCost: t.InvalidCost,
+		ConcurrencyLimited: t.ConcurrencyLimited, ConcurrencyTableFull: t.ConcurrencyTableFull,
 	}
 	if c.gate != nil {
 		g := c.gate.Stats()
@@ -387,23 +285,8 @@ func (m *Middleware) Stats() Stats {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	at := map[string]int{}
-	for _, l := range c.policies {
-		// A policy keyed by the caller has a second layer of its name for
-		// requests without a key: one entry for both.
-		i, ok := at[l.Name]
-		if !ok {
-			i = len(s.Policies)
-			at[l.Name] = i
-			s.Policies = append(s.Policies, PolicyStats{Name: l.Name})
-		}
-		p, n := &s.Policies[i], &l.Counts
-		p.Allowed += n.Allowed.Load()
-		p.RateLimited += n.RateLimited.Load()
-		p.TableFull += n.TableFull.Load()
-		p.CostAboveBurst += n.CostAboveBurst.Load()
-		p.InvalidCost += n.InvalidCost.Load()
-		p.LimiterError += n.LimiterError.Load()
+	for _, p := range front.PolicyTotalsOf(c.policies) {
+		s.Policies = append(s.Policies, PolicyStats(p))
 	}
 	return s
 }
@@ -606,7 +489,7 @@ func (c *core) logLimiter(ctx context.Context, req any, what, key string, err er
 	}
 	if c.logger != nil {
 		c.logger.LogAttrs(ctx, slog.LevelError, "httplimit: "+what, slog.String("reason", ReasonLimiterError),
-			slog.String("key_hash", keyHash(key)), slog.String("error", err.Error()))
+			slog.String("key_hash", front.KeyHash(key)), slog.String("error", err.Error()))
 	}
 }
 

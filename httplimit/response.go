@@ -1,8 +1,6 @@
 package httplimit
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"log/slog"
 	"math"
@@ -222,7 +220,7 @@ func (c *core) log(r *http.Request, msg, reason, key string, err error) {
 		slog.String("path", r.URL.Path),
 	}
 	if key != "" {
-		attrs = append(attrs, slog.String("key_hash", keyHash(key)))
+		attrs = append(attrs, slog.String("key_hash", front.KeyHash(key)))
 	}
 	level := slog.LevelInfo
 	if err != nil {
@@ -230,11 +228,4 @@ func (c *core) log(r *http.Request, msg, reason, key string, err error) {
 		attrs = append(attrs, slog.String("error", err.Error()))
 	}
 	c.logger.LogAttrs(r.Context(), level, msg, attrs...)
-}
-
-// keyHash returns a short hash of key, enough to tell clients apart in logs
-// without revealing session tokens or API keys.
-func keyHash(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:6])
 }

@@ -68,30 +68,15 @@ func (m *Middleware) With(policies ...Policy) (*Middleware, error) {
 			return nil, fmt.Errorf("httplimit: policy %q: a Middleware already has a policy of that name", p.Name)
 		case p.Burst < 0 || p.MaxKeys < 0:
 			return nil, fmt.Errorf("httplimit: policy %q: Burst and MaxKeys must not be negative", p.Name)
-		case p.Rate == (limits.Limit{}) && p.Limiter == nil:
-			return nil, fmt.Errorf("httplimit: policy %q needs Rate or Limiter", p.Name)
 		case p.Key != nil && !c.hasAddr:
 			return nil, fmt.Errorf("httplimit: policy %q is keyed by the caller and needs an address bucket in front of it (Config.Rate or Config.Limiter)", p.Name)
 		}
-		if p.Rate != (limits.Limit{}) {
-			if err := p.Rate.Validate(); err != nil {
-				return nil, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
-			}
-		}
-		l, err := c.layer(p.Name, p.Rate, p.Burst, p.MaxKeys, p.Limiter, 1)
+		ls, err := front.PolicyLayers(p.Name, p.Rate, p.Burst, p.MaxKeys, p.Limiter, c.limTime, p.Key, p.Cost)
 		if err != nil {
 			return nil, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
 		}
-		l.Key, l.Cost = p.Key, p.Cost
-		if p.Key != nil {
-			l.Kind = front.ByCaller
-			keyless := &rateLayer{Rate: l.Rate.Named(p.Name), Kind: front.Keyless, Cost: p.Cost}
-			r.rates = append(r.rates, l, keyless)
-			r.own += 2
-		} else {
-			r.rates = append(r.rates, l)
-			r.own++
-		}
+		r.rates = append(r.rates, ls...)
+		r.own += len(ls)
 		names[p.Name] = true
 	}
 	c.policies = append(c.policies, r.rates[len(r.rates)-r.own+m.own:]...)
@@ -124,27 +109,8 @@ func (m *Middleware) Reset(ctx context.Context, key string) error {
 	c.mu.Lock()
 	layers := append([]*rateLayer(nil), c.policies...)
 	c.mu.Unlock()
-	var first error
-	seen := map[any]bool{}
-	for _, l := range layers {
-		for _, lim := range []any{l.Limiter, l.Pre} {
-			if lim == nil || lim == (*limits.GCRA)(nil) || seen[lim] {
-				continue
-			}
-			seen[lim] = true
-			var err error
-			switch v := lim.(type) {
-			case *limits.GCRA:
-				v.Reset(key)
-			case interface {
-				Reset(context.Context, string) error
-			}:
-				err = v.Reset(ctx, key)
-			}
-			if err != nil && first == nil {
-				first = fmt.Errorf("httplimit: resetting %q in policy %q: %w", key, l.Name, err)
-			}
-		}
+	if err := front.Reset(ctx, layers, key); err != nil {
+		return fmt.Errorf("httplimit: %w", err)
 	}
-	return first
+	return nil
 }

@@ -233,7 +233,7 @@ func TestWithErrors(t *testing.T) {
 		want string
 	}{
 		{m, Policy{Rate: limits.Limit{Events: 1, Period: time.Second}}, "httplimit: a Policy needs a Name"},
-		{m, Policy{Name: "x"}, `httplimit: policy "x" needs Rate or Limiter`},
+		{m, Policy{Name: "x"}, `httplimit: policy "x": needs Rate or Limiter`},
 		{m, Policy{Name: "x", Rate: limits.Limit{Events: 0, Period: time.Second}}, `httplimit: policy "x": limits: invalid limit: events must be >= 1, got 0`},
 		{m, Policy{Name: "x", Rate: limits.Limit{Events: 1, Period: time.Second}, Burst: -1}, `httplimit: policy "x": Burst and MaxKeys must not be negative`},
 		{m, Policy{Name: "x", Rate: limits.Limit{Events: 1, Period: time.Second}, Key: HeaderKey("K")}, `httplimit: policy "x" is keyed by the caller and needs an address bucket in front of it (Config.Rate or Config.Limiter)`},
@@ -276,7 +276,7 @@ func TestStatsJSON(t *testing.T) {
 	}
 	m = mustNew(t, Config{MaxInFlight: 2})
 	b, _ = json.Marshal(m.Stats())
-	if !strings.Contains(string(b), `"gate":{"max":2,"in_flight":0,"peak":0,"waiting":0,"admitted":0,"shed":0,"timed_out":0}`) {
+	if !strings.Contains(string(b), `"gate":{"max":2,"in_flight":0,"peak":0,"waiting":0,"admitted":0,"shed":0,"timed_out":0`) {
 		t.Errorf("Stats with a gate: %s", b)
 	}
 }

@@ -26,14 +26,7 @@ type Identity struct {
 // only if the peer is a trusted proxy, the values of the one forwarding
 // header the proxies write, each a comma-separated list of hops.
 func (id *Identity) Key(peer string, forwarded func() []string) string {
-	var buf [64]byte
-	b := append(buf[:0], "a:"...)
-	if p := id.Client(peer, forwarded); p.IsValid() {
-		b, _ = p.AppendText(b)
-	} else {
-		b = append(b, "invalid"...)
-	}
-	return string(b)
+	return id.KeyOf(ParseHost(peer), forwarded)
 }
 
 // Client returns the client's address as its group prefix: the IPv4 or
@@ -43,24 +36,7 @@ func (id *Identity) Key(peer string, forwarded func() []string) string {
 // everything left of it was written by parties not trusted. A client whose
 // addresses cannot be parsed gets the invalid Prefix, one bucket for all.
 func (id *Identity) Client(peer string, forwarded func() []string) netip.Prefix {
-	a := ParseHost(peer)
-	if a.IsValid() && id.Trusted(a) && forwarded != nil {
-		if hop, ok := id.forwardedClient(forwarded()); ok {
-			a = hop
-		}
-	}
-	if !a.IsValid() {
-		return netip.Prefix{}
-	}
-	bits := id.IPv6Bits
-	if a.Is4() {
-		bits = id.IPv4Bits
-	}
-	p, err := a.Prefix(bits)
-	if err != nil {
-		return netip.Prefix{}
-	}
-	return p
+	return id.ClientOf(ParseHost(peer), forwarded)
 }
 
 // Trusted reports whether a is inside one of the trusted proxy prefixes.
