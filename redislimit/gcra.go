@@ -99,11 +99,7 @@ type GCRA struct {
 	unitArgs   []any        // script arguments for a charge of 1
 	peekArgs   []any        // for a look at a cost of 1
 	lookArgs   []any        // for a look at a cost of 0
-	answered   atomic.Uint64
-	errs       atomic.Uint64
-	fallbacks  atomic.Uint64
-	refunds    atomic.Uint64
-	refundErrs atomic.Uint64
+	statistics counters     // what Stats reports
 }
 
 var _ limits.Limiter = (*GCRA)(nil)
@@ -410,16 +406,17 @@ func (g *GCRA) Refund(ctx context.Context, key string, d limits.Decision) error 
 	r, err := g.call(ctx, returnScript, refundScript, g.prefix+key, args)
 	if err == nil && r.flag == 2 {
 		err = errLate
+		g.statistics.fail(err, false)
 	}
 	if err != nil {
-		g.refundErrs.Add(1)
+		g.statistics.refundErrs.Add(1)
 		err = fmt.Errorf("%w: refund not applied: %w", ErrUnavailable, err)
 		if g.onError != nil {
 			g.onError(err)
 		}
 		return err
 	}
-	g.refunds.Add(1)
+	g.statistics.refunds.Add(1)
 	return nil
 }
 
@@ -442,37 +439,6 @@ func (g *GCRA) Reset(ctx context.Context, key string) error {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return nil
-}
-
-// Stats is a snapshot of a GCRA's counters.
-type Stats struct {
-	// Answered counts the decisions Redis made.
-	Answered uint64
-	// Errors counts the decisions Redis did not make: unreachable, too
-	// slow for the deadline, or answering with an error. The failure
-	// policy made each of them.
-	Errors uint64
-	// Fallbacks counts the decisions made by the fallback GCRA; it is 0
-	// unless the policy is WithFallback's, and then equals Errors.
-	Fallbacks uint64
-	// Refunds counts the refunds Redis applied, whether or not the key
-	// still owed anything.
-	Refunds uint64
-	// RefundErrors counts the refunds Redis did not apply, for the reasons
-	// of Errors: each left its charge in place.
-	RefundErrors uint64
-}
-
-// Stats returns a snapshot of g's counters. Each counter is read
-// atomically, but not all at the same instant.
-func (g *GCRA) Stats() Stats {
-	return Stats{
-		Answered:     g.answered.Load(),
-		Errors:       g.errs.Load(),
-		Fallbacks:    g.fallbacks.Load(),
-		Refunds:      g.refunds.Load(),
-		RefundErrors: g.refundErrs.Load(),
-	}
 }
 
 // decide makes the decision for a request of cost n, charged if charge is
@@ -504,7 +470,7 @@ func (g *GCRA) decide(ctx context.Context, key string, n int, charge bool) (limi
 	if err != nil {
 		return g.failed(key, n, charge, reason, err)
 	}
-	g.answered.Add(1)
+	g.statistics.answered.Add(1)
 	res := g.p.Report(r.flag == 1, r.ahead, cost)
 	dec := limits.Decision{
 		Allowed:    res.Allowed,
@@ -544,9 +510,12 @@ func (g *GCRA) call(ctx context.Context, s *redis.Script, src, rkey string, args
 	} else {
 		r, err = g.callAsync(ctx, s, src, rkey, args)
 	}
+	g.statistics.observe(time.Since(start))
 	if err == nil {
 		if r.ahead.NS < 0 || gcra.Less(g.p.D, r.ahead) || r.ahead.Frac >= g.p.Den {
-			return r, fmt.Errorf("%w: the key runs %d+%d/%dns ahead", errReply, r.ahead.NS, r.ahead.Frac, g.p.Den)
+			err = fmt.Errorf("%w: the key runs %d+%d/%dns ahead", errReply, r.ahead.NS, r.ahead.Frac, g.p.Den)
+			g.statistics.fail(err, false)
+			return r, err
 		}
 		// The server read its clock before the reply came: this offset
 		// puts the server's clock behind the truth by at most a round
@@ -563,8 +532,11 @@ func (g *GCRA) call(ctx context.Context, s *redis.Script, src, rkey string, args
 		if dial := g.dials.since(start); dial != nil {
 			// The time went on connecting: say why that failed.
 			err = fmt.Errorf("%w, connecting failed: %w", err, dial)
+			g.statistics.fail(err, true)
+			return r, err
 		}
 	}
+	g.statistics.fail(err, false)
 	return r, err
 }
 
@@ -593,7 +565,7 @@ func (g *GCRA) callAsync(ctx context.Context, s *redis.Script, src, rkey string,
 // reason is the refusal a negative cost or one above the burst gets
 // whatever Redis says.
 func (g *GCRA) failed(key string, n int, charge bool, reason limits.Reason, err error) (limits.Decision, error) {
-	g.errs.Add(1)
+	g.statistics.errs.Add(1)
 	err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 	if g.onError != nil {
 		g.onError(err)
@@ -601,7 +573,7 @@ func (g *GCRA) failed(key string, n int, charge bool, reason limits.Reason, err 
 	dec := limits.Decision{Limit: g.p.Limit, Period: g.p.Period, Burst: g.p.Burst, Cost: n, Reason: reason}
 	switch g.policy {
 	case fallback:
-		g.fallbacks.Add(1)
+		g.statistics.fallbacks.Add(1)
 		if !charge {
 			return g.fallback.Peek(key), nil
 		}

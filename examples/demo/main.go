@@ -1,8 +1,12 @@
 // Command demo shows the httplimit middleware at work: it serves a small
-// API on loopback behind the middleware, drives a few seconds of traffic
-// from simulated clients at it, and prints what each client got.
+// API on loopback behind the middleware, with the middleware's Prometheus
+// metrics at /metrics next to it, drives a few seconds of traffic from
+// simulated clients at the API, and prints what each client got and what
+// the metrics say. It is a module of its own, so that the library's
+// module needs no Prometheus client; from the repository's root:
 //
-//	go run ./examples/demo
+//	cd examples/demo && go run .
+//	cd examples/demo && go run . -keep   # then serve until interrupted, for curl or a Prometheus
 //
 // The clients:
 //
@@ -30,6 +34,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,12 +43,25 @@ import (
 
 	"github.com/limitsgo/limits"
 	"github.com/limitsgo/limits/httplimit"
+	"github.com/limitsgo/limits/limitsprom"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 func main() {
 	d := flag.Duration("duration", 3*time.Second, "how long the clients send traffic")
+	addr := flag.String("addr", "127.0.0.1:0", "the address to serve the API and /metrics on")
+	keep := flag.Bool("keep", false, "keep serving after the traffic, until interrupted")
 	flag.Parse()
-	if err := run(os.Stdout, *d); err != nil {
+	var hold func()
+	if *keep {
+		hold = func() {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+			defer stop()
+			<-ctx.Done()
+		}
+	}
+	if err := run(os.Stdout, *addr, *d, hold); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -165,21 +183,32 @@ func clients() []client {
 	}
 }
 
-// run serves the demo on a free loopback port, drives the clients for d
-// and writes the table to out.
-func run(out io.Writer, d time.Duration) error {
+// run serves the demo at addr (a free loopback port for "127.0.0.1:0"),
+// drives the clients for d and writes the table and the key metrics to
+// out; then, if hold is not nil, calls it before it stops serving.
+func run(out io.Writer, addr string, d time.Duration, hold func()) error {
 	m, err := httplimit.New(config())
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// The metrics of the middleware, with its gate, and nothing else, at
+	// /metrics, outside the middleware: a scrape is never limited.
+	reg := prometheus.NewRegistry()
+	if err := limitsprom.Register(reg, "demo", m); err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", m.Handler(app()))
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: m.Handler(app()), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()
 	base := "http://" + ln.Addr().String()
+	fmt.Fprintf(out, "API at %s/api, metrics at %s/metrics\n\n", base, base)
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	defer hc.CloseIdleConnections()
 
@@ -229,10 +258,49 @@ func run(out io.Writer, d time.Duration) error {
 	}
 	fmt.Fprintln(out, "\n429: the session's or the address's rate limit; 503: the gate was full (the burst's slow reports).")
 	s := m.Stats()
-	fmt.Fprintf(out, "\ngate: %d admitted, %d shed, peak %d of %d in flight, %d in flight now\n",
-		s.Gate.Admitted, s.Gate.Shed, s.Gate.Peak, s.Gate.Max, s.Gate.InFlight)
+	fmt.Fprintf(out, "\ngate: %d admitted, %d shed, %d timed out waiting, peak %d of %d in flight, %d in flight now\n",
+		s.Gate.Admitted, s.Gate.Shed, s.Gate.TimedOut, s.Gate.Peak, s.Gate.Max, s.Gate.InFlight)
 	fmt.Fprintf(out, "middleware: %d allowed, %d rate_limited, %d server_busy, %d exempt\n",
 		s.Allowed, s.RateLimited, s.ServerBusy, s.Exempt)
+
+	fmt.Fprintf(out, "\nThe same from %s/metrics, the series above 0:\n", base)
+	if err := showMetrics(out, hc, base+"/metrics"); err != nil {
+		return err
+	}
+	if hold == nil {
+		fmt.Fprintln(out, "\nWith -keep, the demo serves on after the traffic, for curl or a Prometheus to scrape.")
+		return nil
+	}
+	fmt.Fprintf(out, "\nServing at %s until interrupted: curl %s/metrics\n", base, base)
+	hold()
+	return nil
+}
+
+// showMetrics scrapes url and writes the series of the middleware's
+// requests, policies and gate counters whose value is not 0.
+func showMetrics(out io.Writer, hc *http.Client, url string) error {
+	resp, err := hc.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	for line := range strings.Lines(string(body)) {
+		line = strings.TrimSpace(line)
+		shown := strings.HasPrefix(line, "limits_http_")
+		for _, name := range []string{"capacity", "peak_in_flight", "admitted_total", "shed_total", "timed_out_total"} {
+			shown = shown || strings.HasPrefix(line, "limits_gate_"+name+"{")
+		}
+		if shown && !strings.HasSuffix(line, " 0") {
+			fmt.Fprintln(out, "  "+line)
+		}
+	}
 	return nil
 }
 

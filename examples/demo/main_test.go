@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,7 +37,7 @@ func row(t *testing.T, out, name string) [4]int {
 // what the limits promise, with wide margins for a busy machine.
 func TestDemo(t *testing.T) {
 	var out bytes.Buffer
-	if err := run(&out, 2*time.Second); err != nil {
+	if err := run(&out, "127.0.0.1:0", 2*time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
 	s := out.String()
@@ -59,5 +61,47 @@ func TestDemo(t *testing.T) {
 	}
 	if !strings.Contains(s, "gate: ") || !strings.Contains(s, "in flight") {
 		t.Errorf("no gate counters in\n%s", s)
+	}
+	// The metrics scraped over HTTP agree with the refusals seen.
+	for _, series := range []string{
+		`limits_http_requests_total{layer="all",name="demo",outcome="allowed"} `,
+		`limits_http_requests_total{layer="rate",name="demo",outcome="rate_limited"} `,
+		`limits_http_requests_total{layer="capacity",name="demo",outcome="server_busy"} `,
+		`limits_http_requests_total{layer="exempt",name="demo",outcome="exempt"} `,
+		`limits_gate_shed_total{name="demo"} `,
+	} {
+		if !strings.Contains(s, series) {
+			t.Errorf("no %s... in the metrics shown:\n%s", series, s)
+		}
+	}
+	if !strings.Contains(s, "metrics at http://127.0.0.1:") {
+		t.Errorf("the demo does not say where its metrics are:\n%s", s)
+	}
+}
+
+// TestDemoKeepServing checks that the demo still serves its API and
+// metrics while it holds after the traffic, as with -keep.
+func TestDemoKeepServing(t *testing.T) {
+	var out bytes.Buffer
+	var status int
+	var body string
+	hold := func() {
+		// run has written where it serves before it holds.
+		_, rest, _ := strings.Cut(out.String(), "Serving at ")
+		base, _, _ := strings.Cut(rest, " ")
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		status, body = resp.StatusCode, string(b)
+	}
+	if err := run(&out, "127.0.0.1:0", 300*time.Millisecond, hold); err != nil {
+		t.Fatal(err)
+	}
+	if status != http.StatusOK || !strings.Contains(body, "# TYPE limits_http_requests_total counter") {
+		t.Errorf("GET /metrics while holding: %d\n%s", status, body)
 	}
 }

@@ -1,0 +1,167 @@
+// Package series describes the metrics of each component of package
+// limits and its front ends, and reads their values from the components'
+// snapshots, once for every exporter: the Prometheus collectors of
+// package limitsprom and the OpenTelemetry instruments of package
+// limitsotel export the same series with the same values.
+package series
+
+import (
+	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/httplimit"
+	"github.com/limitsgo/limits/redislimit"
+)
+
+// Kind is the kind of a metric.
+type Kind uint8
+
+const (
+	Counter   Kind = iota // a count that only grows
+	Gauge                 // a value that goes up and down
+	Histogram             // a distribution, in fixed buckets
+)
+
+// Metric describes one metric of a component.
+type Metric struct {
+	// Subsystem and Name make the metric's name: limits_<Subsystem>_<Name>
+	// for Prometheus, counters with _total appended and histograms with
+	// _seconds; limits.<Subsystem>.<Name> for OpenTelemetry.
+	Subsystem, Name string
+	// Help describes the metric, as one sentence or two.
+	Help string
+	Kind Kind
+	// Unit is the metric's unit in UCUM, as OpenTelemetry takes it: "s"
+	// for the seconds of a histogram, "{request}" and so on for counts.
+	Unit string
+	// Labels names the variable labels, whose values are given with each
+	// value, in this order.
+	Labels []string
+}
+
+// Emitter receives the values a Set reads, one call per series.
+type Emitter interface {
+	// Value is the value of the series of metric m with the label values
+	// given, of a Counter or a Gauge.
+	Value(m int, v int64, labels ...string)
+	// Histogram is the value of a Histogram metric m: count values
+	// adding up to sum, of which cumulative[i] were at most bounds[i].
+	Histogram(m int, count uint64, sum float64, bounds []float64, cumulative []uint64)
+}
+
+// Set is the metrics of one component and what reads them.
+type Set struct {
+	// Metrics describes every metric the component has.
+	Metrics []Metric
+	// Read reads the component's snapshot and sends the value of every
+	// series to e, Metrics[m] as m.
+	Read func(e Emitter)
+}
+
+// Prometheus returns the name of m for Prometheus, with namespace
+// "limits".
+func (m *Metric) Prometheus() string {
+	n := "limits_" + m.Subsystem + "_" + m.Name
+	switch m.Kind {
+	case Counter:
+		return n + "_total"
+	case Histogram:
+		return n + "_seconds"
+	}
+	return n
+}
+
+// OTel returns the name of m for OpenTelemetry, with namespace "limits".
+func (m *Metric) OTel() string { return "limits." + m.Subsystem + "." + m.Name }
+
+// For returns the Set of c, a *limits.Gate, *limits.GCRA,
+// *httplimit.Middleware or *redislimit.GCRA, or false for anything else
+// and for nil pointers.
+func For(c any) (Set, bool) {
+	switch c := c.(type) {
+	case *limits.Gate:
+		if c != nil {
+			return gateSet(c), true
+		}
+	case *limits.GCRA:
+		if c != nil {
+			return gcraSet(c), true
+		}
+	case *httplimit.Middleware:
+		if c != nil {
+			return frontSet(httpFront, func() frontStats { return fromHTTP(c.Stats()) }), true
+		}
+	case *redislimit.GCRA:
+		if c != nil {
+			return redisSet(c), true
+		}
+	}
+	return Set{}, false
+}
+
+// The metrics of a Gate, at these indices of the Metrics of its Set.
+const (
+	gateCapacity = iota
+	gateInFlight
+	gatePeak
+	gateWaiting
+	gateAdmitted
+	gateShed
+	gateTimedOut
+	nGate
+)
+
+// gateMetrics are the metrics of a Gate, for a Gate alone and for a front
+// end's.
+var gateMetrics = [nGate]Metric{
+	gateCapacity: {Subsystem: "gate", Name: "capacity", Kind: Gauge, Unit: "{request}",
+		Help: "Most requests the gate admits at once."},
+	gateInFlight: {Subsystem: "gate", Name: "in_flight", Kind: Gauge, Unit: "{request}",
+		Help: "Requests inside the gate now."},
+	gatePeak: {Subsystem: "gate", Name: "peak_in_flight", Kind: Gauge, Unit: "{request}",
+		Help: "Most requests inside the gate at once since it was made."},
+	gateWaiting: {Subsystem: "gate", Name: "waiting", Kind: Gauge, Unit: "{request}",
+		Help: "Requests waiting for a place in the gate now."},
+	gateAdmitted: {Subsystem: "gate", Name: "admitted", Kind: Counter, Unit: "{request}",
+		Help: "Requests the gate let in."},
+	gateShed: {Subsystem: "gate", Name: "shed", Kind: Counter, Unit: "{request}",
+		Help: "Requests the gate refused at once, being full with no room to wait."},
+	gateTimedOut: {Subsystem: "gate", Name: "timed_out", Kind: Counter, Unit: "{request}",
+		Help: "Requests that waited for a place in the gate and gave up."},
+}
+
+// readGate sends the values of a Gate's snapshot s, whose metrics start
+// at index at.
+func readGate(e Emitter, at int, s limits.GateStats) {
+	e.Value(at+gateCapacity, int64(s.Max))
+	e.Value(at+gateInFlight, int64(s.InFlight))
+	e.Value(at+gatePeak, int64(s.Peak))
+	e.Value(at+gateWaiting, int64(s.Waiting))
+	e.Value(at+gateAdmitted, count(s.Admitted))
+	e.Value(at+gateShed, count(s.Shed))
+	e.Value(at+gateTimedOut, count(s.TimedOut))
+}
+
+func gateSet(g *limits.Gate) Set {
+	return Set{Metrics: gateMetrics[:], Read: func(e Emitter) { readGate(e, 0, g.Stats()) }}
+}
+
+func gcraSet(g *limits.GCRA) Set {
+	return Set{
+		Metrics: []Metric{
+			{Subsystem: "gcra", Name: "keys", Kind: Gauge, Unit: "{key}",
+				Help: "Keys the GCRA's table holds, including expired keys whose place has not been reused yet."},
+			{Subsystem: "gcra", Name: "max_keys", Kind: Gauge, Unit: "{key}",
+				Help: "Most keys the GCRA's table holds."},
+			{Subsystem: "gcra", Name: "table_full", Kind: Counter, Unit: "{request}",
+				Help: "Requests of new keys refused because the table was full of keys in use."},
+		},
+		Read: func(e Emitter) {
+			e.Value(0, int64(g.Len()))
+			e.Value(1, int64(g.MaxKeys()))
+			e.Value(2, count(g.TableFull()))
+		},
+	}
+}
+
+// count returns a counter's value as an int64, capped at the largest: a
+// count no process reaches.
+func count(n uint64) int64 { return int64(min(n, 1<<63-1)) }

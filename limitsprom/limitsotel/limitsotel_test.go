@@ -1,0 +1,293 @@
+package limitsotel_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/httplimit"
+	"github.com/limitsgo/limits/limitsprom"
+	"github.com/limitsgo/limits/limitsprom/limitsotel"
+	"github.com/limitsgo/limits/redislimit"
+	"github.com/limitsgo/limits/redislimit/redistest"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
+	"go.uber.org/goleak"
+)
+
+// quiet drops go-redis's log lines.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(quiet{})
+	goleak.VerifyTestMain(m)
+}
+
+// collect returns the metrics reader has for the meter of scope
+// "limits".
+func collect(t *testing.T, reader *sdkmetric.ManualReader) []metricdata.Metrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name == "limits" {
+			return sm.Metrics
+		}
+	}
+	return nil
+}
+
+// newMeter returns a meter of scope "limits" and the manual reader of its
+// provider.
+func newMeter() (metric.Meter, *sdkmetric.ManualReader) {
+	reader := sdkmetric.NewManualReader()
+	return sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("limits"), reader
+}
+
+// TestGate checks the instruments of a Gate exactly: names, units,
+// descriptions, kinds, attributes and values.
+func TestGate(t *testing.T) {
+	meter, reader := newMeter()
+	gate, _ := limits.NewGate(2)
+	reg, err := limitsotel.Register(meter, "jobs", gate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := gate.TryEnter()
+	defer p.Release()
+	gate.TryEnter()
+	gate.TryEnter() // shed
+
+	attrs := attribute.NewSet(attribute.String("name", "jobs"))
+	gauge := func(name, desc string, v int64) metricdata.Metrics {
+		return metricdata.Metrics{Name: name, Description: desc, Unit: "{request}",
+			Data: metricdata.Gauge[int64]{DataPoints: []metricdata.DataPoint[int64]{{Attributes: attrs, Value: v}}}}
+	}
+	sum := func(name, desc string, v int64) metricdata.Metrics {
+		return metricdata.Metrics{Name: name, Description: desc, Unit: "{request}",
+			Data: metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true,
+				DataPoints: []metricdata.DataPoint[int64]{{Attributes: attrs, Value: v}}}}
+	}
+	want := []metricdata.Metrics{
+		gauge("limits.gate.capacity", "Most requests the gate admits at once.", 2),
+		gauge("limits.gate.in_flight", "Requests inside the gate now.", 2),
+		gauge("limits.gate.peak_in_flight", "Most requests inside the gate at once since it was made.", 2),
+		gauge("limits.gate.waiting", "Requests waiting for a place in the gate now.", 0),
+		sum("limits.gate.admitted", "Requests the gate let in.", 2),
+		sum("limits.gate.shed", "Requests the gate refused at once, being full with no room to wait.", 1),
+		sum("limits.gate.timed_out", "Requests that waited for a place in the gate and gave up.", 0),
+	}
+	got := collect(t, reader)
+	if len(got) != len(want) {
+		t.Fatalf("%d metrics, want %d: %v", len(got), len(want), got)
+	}
+	for i := range want {
+		metricdatatest.AssertEqual(t, want[i], got[i], metricdatatest.IgnoreTimestamp())
+	}
+
+	if err := reg.Unregister(); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range collect(t, reader) {
+		if n := dataPoints(m); n != 0 {
+			t.Errorf("%s: %d data points after Unregister", m.Name, n)
+		}
+	}
+}
+
+func dataPoints(m metricdata.Metrics) int {
+	switch d := m.Data.(type) {
+	case metricdata.Sum[int64]:
+		return len(d.DataPoints)
+	case metricdata.Gauge[int64]:
+		return len(d.DataPoints)
+	}
+	return -1
+}
+
+// TestSameNumbers registers the same components with a Prometheus
+// registry and an OpenTelemetry meter, sends traffic, and checks that
+// every Prometheus series but the latency histogram is an OpenTelemetry
+// data point of the same value, attributes and kind, and that there are
+// no others.
+func TestSameNumbers(t *testing.T) {
+	meter, reader := newMeter()
+	promReg := prometheus.NewPedanticRegistry()
+	register := func(name string, c any) {
+		t.Helper()
+		var err1, err2 error
+		switch c := c.(type) {
+		case *limits.Gate:
+			err1, err2 = limitsprom.Register(promReg, name, c), errOf(limitsotel.Register(meter, name, c))
+		case *limits.GCRA:
+			err1, err2 = limitsprom.Register(promReg, name, c), errOf(limitsotel.Register(meter, name, c))
+		case *httplimit.Middleware:
+			err1, err2 = limitsprom.Register(promReg, name, c), errOf(limitsotel.Register(meter, name, c))
+		case *redislimit.GCRA:
+			err1, err2 = limitsprom.Register(promReg, name, c), errOf(limitsotel.Register(meter, name, c))
+		}
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+	}
+
+	m, err := httplimit.New(httplimit.Config{
+		Exempt:      httplimit.ExemptPaths("/healthz"),
+		MaxInFlight: 8,
+		Rate:        limits.Limit{Events: 2, Period: time.Hour},
+		CallerKey:   httplimit.HeaderKey("X-Api-Key"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	register("api", m)
+	h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for i := range 20 {
+		r := httptest.NewRequest(http.MethodGet, []string{"/healthz", "/api"}[min(i%4, 1)], nil)
+		r.RemoteAddr = fmt.Sprintf("192.0.2.%d:1", i%3)
+		if i%2 == 0 {
+			r.Header.Set("X-Api-Key", fmt.Sprint("key-", i%5))
+		}
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	g := limits.NewGCRA(1, time.Hour, limits.WithMaxKeys(2))
+	register("tokens", g)
+	for _, k := range []string{"a", "b", "c"} {
+		g.Allow(k)
+	}
+	gate, _ := limits.NewGate(1)
+	register("jobs", gate)
+	p, _ := gate.TryEnter()
+	defer p.Release()
+	gate.TryEnter()
+
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	defer c.Close()
+	rg, err := redislimit.New(c, 2, time.Hour, redislimit.WithPrefix("limitsotel:test:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	register("fleet", rg)
+	for range 3 {
+		rg.Allow(context.Background(), "k")
+	}
+	srv.Kill()
+	rg.Allow(context.Background(), "k")
+
+	// What each reports, as "name{attr=value,...}" -> value and kind.
+	type point struct {
+		v       float64
+		counter bool
+	}
+	fromProm := map[string]point{}
+	fams, err := promReg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetType() == dto.MetricType_HISTOGRAM {
+			continue
+		}
+		name := strings.TrimSuffix(f.GetName(), "_total")
+		name = strings.Replace(strings.Replace(name, "_", ".", 1), "_", ".", 1) // limits.<subsystem>.<name>
+		for _, s := range f.GetMetric() {
+			var kv []string
+			for _, l := range s.GetLabel() {
+				kv = append(kv, l.GetName()+"="+l.GetValue())
+			}
+			slices.Sort(kv)
+			key := name + "{" + strings.Join(kv, ",") + "}"
+			if f.GetType() == dto.MetricType_COUNTER {
+				fromProm[key] = point{s.GetCounter().GetValue(), true}
+			} else {
+				fromProm[key] = point{s.GetGauge().GetValue(), false}
+			}
+		}
+	}
+	fromOTel := map[string]point{}
+	for _, m := range collect(t, reader) {
+		add := func(dps []metricdata.DataPoint[int64], counter bool) {
+			for _, dp := range dps {
+				var kv []string
+				for _, a := range dp.Attributes.ToSlice() {
+					kv = append(kv, string(a.Key)+"="+a.Value.AsString())
+				}
+				slices.Sort(kv)
+				fromOTel[m.Name+"{"+strings.Join(kv, ",")+"}"] = point{float64(dp.Value), counter}
+			}
+		}
+		switch d := m.Data.(type) {
+		case metricdata.Sum[int64]:
+			if !d.IsMonotonic || d.Temporality != metricdata.CumulativeTemporality {
+				t.Errorf("%s: a sum that is not a monotonic cumulative counter", m.Name)
+			}
+			add(d.DataPoints, true)
+		case metricdata.Gauge[int64]:
+			add(d.DataPoints, false)
+		default:
+			t.Errorf("%s: data of type %T", m.Name, m.Data)
+		}
+	}
+	// The middleware's 11 outcomes, 6 for each of its 3 policies and 7 of
+	// its gate; 3 of the GCRA; 7 of the gate; 4 calls, 5 kinds of failure
+	// and the fallbacks of the Redis GCRA.
+	if want := 11 + 3*6 + 7 + 3 + 7 + 4 + 5 + 1; len(fromProm) != want {
+		t.Fatalf("%d Prometheus series, want %d", len(fromProm), want)
+	}
+	for k, p := range fromProm {
+		if o, ok := fromOTel[k]; !ok || o != p {
+			t.Errorf("%s: Prometheus %+v, OpenTelemetry %+v (found: %v)", k, p, o, ok)
+		}
+	}
+	for k := range fromOTel {
+		if _, ok := fromProm[k]; !ok {
+			t.Errorf("%s: in OpenTelemetry only", k)
+		}
+	}
+	for _, k := range []string{
+		`limits.http.requests{layer=rate,name=api,outcome=rate_limited}`,
+		`limits.gcra.table_full{name=tokens}`,
+		`limits.gate.shed{name=jobs}`,
+		`limits.redis.failures{kind=connection,name=fleet}`,
+	} {
+		if fromOTel[k].v == 0 {
+			t.Errorf("%s: 0; the traffic should have moved it", k)
+		}
+	}
+}
+
+func errOf(_ metric.Registration, err error) error { return err }
+
+func TestRegisterErrors(t *testing.T) {
+	meter, _ := newMeter()
+	for _, name := range []string{"", "\xff"} {
+		if _, err := limitsotel.Register(meter, name, limits.NewGCRA(1, time.Second)); err == nil {
+			t.Errorf("name %q: no error", name)
+		}
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("nil component: no panic")
+			}
+		}()
+		limitsotel.Register(meter, "x", (*limits.GCRA)(nil))
+	}()
+}

@@ -1,0 +1,560 @@
+package limitsprom_test
+
+import (
+	"context"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/httplimit"
+	"github.com/limitsgo/limits/limitsprom"
+	"github.com/limitsgo/limits/redislimit"
+	"github.com/limitsgo/limits/redislimit/redistest"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+// quiet drops go-redis's log lines, which the failures the tests cause
+// would fill with failed dials.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(quiet{})
+	goleak.VerifyTestMain(m)
+}
+
+// site is a service behind a Middleware, with its metrics next to its API
+// on one loopback server, as a service would serve them.
+type site struct {
+	srv     *httptest.Server
+	m       *httplimit.Middleware
+	reg     *prometheus.Registry
+	entered chan struct{} // a request to /slow has entered its handler
+	release chan struct{} // lets the requests to /slow return
+}
+
+// newSite serves a Middleware that admits one request at a time, allows
+// each client address 2 requests an hour ("default"), and 1 an hour on
+// /login ("login"), and exempts /healthz. Clients are told apart by
+// X-Forwarded-For, trusted from loopback.
+func newSite(t *testing.T) *site {
+	t.Helper()
+	m, err := httplimit.New(httplimit.Config{
+		Exempt:         httplimit.ExemptPaths("/healthz"),
+		MaxInFlight:    1,
+		Rate:           limits.Limit{Events: 2, Period: time.Hour},
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	login, err := m.With(httplimit.Policy{Name: "login", Rate: limits.Limit{Events: 1, Period: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &site{m: m, reg: prometheus.NewRegistry(), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	app := http.NewServeMux()
+	app.Handle("/healthz", ok)
+	app.Handle("/api", ok)
+	app.Handle("/login", login.Handler(ok))
+	app.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		s.entered <- struct{}{}
+		<-s.release
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
+	mux.Handle("/", m.Handler(app))
+	s.srv = httptest.NewServer(mux)
+	t.Cleanup(s.srv.Close)
+	if err := limitsprom.Register(s.reg, "api", m); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// get sends a request for path from the client address addr and returns
+// the status.
+func (s *site) get(t *testing.T, addr, path string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, s.srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Forwarded-For", addr)
+	resp, err := s.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// traffic sends the known traffic that the tests' expected values count.
+func (s *site) traffic(t *testing.T) {
+	t.Helper()
+	want := func(got, want int, what string) {
+		t.Helper()
+		if got != want {
+			t.Fatalf("%s: status %d, want %d", what, got, want)
+		}
+	}
+	// Two probes, exempt.
+	want(s.get(t, "192.0.2.1", "/healthz"), 200, "probe")
+	want(s.get(t, "192.0.2.1", "/healthz"), 200, "probe")
+	// A client that sends 3 requests: the third is rate limited.
+	want(s.get(t, "192.0.2.10", "/api"), 200, "A 1")
+	want(s.get(t, "192.0.2.10", "/api"), 200, "A 2")
+	want(s.get(t, "192.0.2.10", "/api"), 429, "A 3")
+	// A client that logs in twice: the second is refused by the login
+	// policy, and its charge of the default policy given back.
+	want(s.get(t, "192.0.2.20", "/login"), 200, "B 1")
+	want(s.get(t, "192.0.2.20", "/login"), 429, "B 2")
+	// A slow request holds the gate's only place: the next is shed.
+	done := make(chan int)
+	go func() { done <- s.get(t, "192.0.2.30", "/slow") }()
+	<-s.entered
+	want(s.get(t, "192.0.2.40", "/api"), 503, "D while the gate is full")
+	close(s.release)
+	want(<-done, 200, "C's slow request")
+}
+
+// The expected exposition of the site's middleware after traffic.
+const wantHTTP = `
+# HELP limits_http_requests_total HTTP requests by outcome, with the layer that decided it: allowed (layer all), exempt, or the reason of a refusal. request_timeout also counts as allowed, and so does limiter_error when the policy lets requests through.
+# TYPE limits_http_requests_total counter
+limits_http_requests_total{layer="all",name="api",outcome="allowed"} 4
+limits_http_requests_total{layer="capacity",name="api",outcome="request_timeout"} 0
+limits_http_requests_total{layer="capacity",name="api",outcome="server_busy"} 1
+limits_http_requests_total{layer="concurrency",name="api",outcome="concurrency_limited"} 0
+limits_http_requests_total{layer="concurrency",name="api",outcome="concurrency_table_full"} 0
+limits_http_requests_total{layer="exempt",name="api",outcome="exempt"} 2
+limits_http_requests_total{layer="rate",name="api",outcome="cost_above_burst"} 0
+limits_http_requests_total{layer="rate",name="api",outcome="invalid_cost"} 0
+limits_http_requests_total{layer="rate",name="api",outcome="limiter_error"} 0
+limits_http_requests_total{layer="rate",name="api",outcome="rate_limited"} 2
+limits_http_requests_total{layer="rate",name="api",outcome="table_full"} 0
+# HELP limits_http_policy_requests_total HTTP requests by rate policy and outcome: allowed, or the reason the policy refused them.
+# TYPE limits_http_policy_requests_total counter
+limits_http_policy_requests_total{name="api",outcome="allowed",policy="default"} 5
+limits_http_policy_requests_total{name="api",outcome="allowed",policy="login"} 1
+limits_http_policy_requests_total{name="api",outcome="cost_above_burst",policy="default"} 0
+limits_http_policy_requests_total{name="api",outcome="cost_above_burst",policy="login"} 0
+limits_http_policy_requests_total{name="api",outcome="invalid_cost",policy="default"} 0
+limits_http_policy_requests_total{name="api",outcome="invalid_cost",policy="login"} 0
+limits_http_policy_requests_total{name="api",outcome="limiter_error",policy="default"} 0
+limits_http_policy_requests_total{name="api",outcome="limiter_error",policy="login"} 0
+limits_http_policy_requests_total{name="api",outcome="rate_limited",policy="default"} 1
+limits_http_policy_requests_total{name="api",outcome="rate_limited",policy="login"} 1
+limits_http_policy_requests_total{name="api",outcome="table_full",policy="default"} 0
+limits_http_policy_requests_total{name="api",outcome="table_full",policy="login"} 0
+`
+
+// The expected exposition of the middleware's gate, and of a gate of 2
+// with two callers inside, one shed and one timed out.
+const wantGates = `
+# HELP limits_gate_admitted_total Requests the gate let in.
+# TYPE limits_gate_admitted_total counter
+limits_gate_admitted_total{name="api"} 6
+limits_gate_admitted_total{name="jobs"} 2
+# HELP limits_gate_capacity Most requests the gate admits at once.
+# TYPE limits_gate_capacity gauge
+limits_gate_capacity{name="api"} 1
+limits_gate_capacity{name="jobs"} 2
+# HELP limits_gate_in_flight Requests inside the gate now.
+# TYPE limits_gate_in_flight gauge
+limits_gate_in_flight{name="api"} 0
+limits_gate_in_flight{name="jobs"} 2
+# HELP limits_gate_peak_in_flight Most requests inside the gate at once since it was made.
+# TYPE limits_gate_peak_in_flight gauge
+limits_gate_peak_in_flight{name="api"} 1
+limits_gate_peak_in_flight{name="jobs"} 2
+# HELP limits_gate_shed_total Requests the gate refused at once, being full with no room to wait.
+# TYPE limits_gate_shed_total counter
+limits_gate_shed_total{name="api"} 1
+limits_gate_shed_total{name="jobs"} 1
+# HELP limits_gate_timed_out_total Requests that waited for a place in the gate and gave up.
+# TYPE limits_gate_timed_out_total counter
+limits_gate_timed_out_total{name="api"} 0
+limits_gate_timed_out_total{name="jobs"} 1
+# HELP limits_gate_waiting Requests waiting for a place in the gate now.
+# TYPE limits_gate_waiting gauge
+limits_gate_waiting{name="api"} 0
+limits_gate_waiting{name="jobs"} 0
+`
+
+// The expected exposition of a GCRA of 2 keys after 4 new keys and one
+// known one asked.
+const wantGCRA = `
+# HELP limits_gcra_keys Keys the GCRA's table holds, including expired keys whose place has not been reused yet.
+# TYPE limits_gcra_keys gauge
+limits_gcra_keys{name="tokens"} 2
+# HELP limits_gcra_max_keys Most keys the GCRA's table holds.
+# TYPE limits_gcra_max_keys gauge
+limits_gcra_max_keys{name="tokens"} 2
+# HELP limits_gcra_table_full_total Requests of new keys refused because the table was full of keys in use.
+# TYPE limits_gcra_table_full_total counter
+limits_gcra_table_full_total{name="tokens"} 2
+`
+
+// gateAndGCRA registers a Gate "jobs" and a GCRA "tokens" with reg, and
+// puts through them the traffic wantGates and wantGCRA count.
+func gateAndGCRA(t *testing.T, reg prometheus.Registerer) (*limits.Gate, *limits.GCRA) {
+	t.Helper()
+	gate, err := limits.NewGate(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := limits.NewGCRA(1, time.Hour, limits.WithMaxKeys(2))
+	if err := limitsprom.Register(reg, "jobs", gate); err != nil {
+		t.Fatal(err)
+	}
+	if err := limitsprom.Register(reg, "tokens", g); err != nil {
+		t.Fatal(err)
+	}
+	p1, _ := gate.TryEnter()
+	p2, _ := gate.TryEnter()
+	t.Cleanup(func() { p1.Release(); p2.Release() })
+	if _, ok := gate.TryEnter(); ok {
+		t.Fatal("a third caller entered a gate of 2")
+	}
+	if _, ok := gate.Enter(context.Background(), time.Millisecond); ok {
+		t.Fatal("a waiting caller entered a full gate")
+	}
+	for _, k := range []string{"a", "b", "c", "a", "d"} {
+		g.Allow(k)
+	}
+	return gate, g
+}
+
+// TestScrape sends known traffic through a Middleware, a Gate and a GCRA
+// and scrapes their metrics from the service's /metrics over loopback.
+func TestScrape(t *testing.T) {
+	s := newSite(t)
+	gateAndGCRA(t, s.reg)
+	s.traffic(t)
+	url := s.srv.URL + "/metrics"
+	if err := testutil.ScrapeAndCompare(url, strings.NewReader(wantHTTP), "limits_http_requests_total", "limits_http_policy_requests_total"); err != nil {
+		t.Error(err)
+	}
+	gates := []string{"limits_gate_admitted_total", "limits_gate_capacity", "limits_gate_in_flight", "limits_gate_peak_in_flight",
+		"limits_gate_shed_total", "limits_gate_timed_out_total", "limits_gate_waiting"}
+	if err := testutil.ScrapeAndCompare(url, strings.NewReader(wantGates), gates...); err != nil {
+		t.Error(err)
+	}
+	if err := testutil.ScrapeAndCompare(url, strings.NewReader(wantGCRA), "limits_gcra_keys", "limits_gcra_max_keys", "limits_gcra_table_full_total"); err != nil {
+		t.Error(err)
+	}
+	checkConventions(t, scrape(t, url))
+	lint(t, s.reg)
+}
+
+// scrape returns the metric families served at url, in the text format.
+func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/plain; version=0.0.4")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams
+}
+
+// wantTypes holds the type of every metric the package exports.
+var wantTypes = map[string]dto.MetricType{
+	"limits_gate_capacity":               dto.MetricType_GAUGE,
+	"limits_gate_in_flight":              dto.MetricType_GAUGE,
+	"limits_gate_peak_in_flight":         dto.MetricType_GAUGE,
+	"limits_gate_waiting":                dto.MetricType_GAUGE,
+	"limits_gate_admitted_total":         dto.MetricType_COUNTER,
+	"limits_gate_shed_total":             dto.MetricType_COUNTER,
+	"limits_gate_timed_out_total":        dto.MetricType_COUNTER,
+	"limits_gcra_keys":                   dto.MetricType_GAUGE,
+	"limits_gcra_max_keys":               dto.MetricType_GAUGE,
+	"limits_gcra_table_full_total":       dto.MetricType_COUNTER,
+	"limits_http_requests_total":         dto.MetricType_COUNTER,
+	"limits_http_policy_requests_total":  dto.MetricType_COUNTER,
+	"limits_redis_calls_total":           dto.MetricType_COUNTER,
+	"limits_redis_failures_total":        dto.MetricType_COUNTER,
+	"limits_redis_fallbacks_total":       dto.MetricType_COUNTER,
+	"limits_redis_call_duration_seconds": dto.MetricType_HISTOGRAM,
+}
+
+// boundedLabels are the labels metrics may carry, each with a value set
+// fixed by the code or the configuration.
+var boundedLabels = map[string]bool{"name": true, "layer": true, "outcome": true, "policy": true, "op": true, "result": true, "kind": true}
+
+// checkConventions checks that every family scraped is one of the
+// package's, of its type, with help text, counters named _total, and
+// only bounded labels, name among them.
+func checkConventions(t *testing.T, fams map[string]*dto.MetricFamily) {
+	t.Helper()
+	for name, f := range fams {
+		want, ok := wantTypes[name]
+		switch {
+		case !ok:
+			t.Errorf("%s: not a metric of the package", name)
+			continue
+		case f.GetType() != want:
+			t.Errorf("%s: type %v, want %v", name, f.GetType(), want)
+		case f.GetHelp() == "":
+			t.Errorf("%s: no help", name)
+		case (want == dto.MetricType_COUNTER) != strings.HasSuffix(name, "_total"):
+			t.Errorf("%s: counters, and only they, end in _total", name)
+		}
+		for _, m := range f.GetMetric() {
+			named := false
+			for _, l := range m.GetLabel() {
+				if !boundedLabels[l.GetName()] {
+					t.Errorf("%s: label %s", name, l.GetName())
+				}
+				named = named || l.GetName() == "name" && l.GetValue() != ""
+			}
+			if !named {
+				t.Errorf("%s: a series without a name: %v", name, m)
+			}
+		}
+	}
+}
+
+// lint checks the exposition of reg with promlint.
+func lint(t *testing.T, reg prometheus.Gatherer) {
+	t.Helper()
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// TestRedis sends known calls through a Redis GCRA, then makes one fail
+// with the server gone, and scrapes its metrics over loopback.
+func TestRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { c.Close() })
+	local := limits.NewGCRA(2, time.Hour)
+	g, err := redislimit.New(c, 2, time.Hour, redislimit.WithPrefix("limitsprom:test:"), redislimit.WithFallback(local))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	if err := limitsprom.Register(reg, "fleet", g); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
+	defer ts.Close()
+
+	ctx := context.Background()
+	defer g.Reset(ctx, "k")
+	var allowed []limits.Decision
+	for range 3 {
+		d, err := g.Allow(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			allowed = append(allowed, d)
+		}
+	}
+	if len(allowed) != 2 {
+		t.Fatalf("%d of 3 allowed, want 2", len(allowed))
+	}
+	if err := g.Refund(ctx, "k", allowed[1]); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	if d, err := g.Allow(ctx, "k"); err != nil || !d.Allowed {
+		t.Fatalf("with Redis gone, the fallback's decision: %+v, %v", d, err)
+	}
+
+	want := `
+# HELP limits_redis_calls_total Calls of the Redis GCRA's scripts, by operation (decide or refund) and result (ok, or failed: no answer in time, or an error).
+# TYPE limits_redis_calls_total counter
+limits_redis_calls_total{name="fleet",op="decide",result="failed"} 1
+limits_redis_calls_total{name="fleet",op="decide",result="ok"} 3
+limits_redis_calls_total{name="fleet",op="refund",result="failed"} 0
+limits_redis_calls_total{name="fleet",op="refund",result="ok"} 1
+# HELP limits_redis_failures_total Failed calls to Redis by kind: timeout, connection, canceled (by the caller), server (an error reply) or other.
+# TYPE limits_redis_failures_total counter
+limits_redis_failures_total{kind="canceled",name="fleet"} 0
+limits_redis_failures_total{kind="connection",name="fleet"} 1
+limits_redis_failures_total{kind="other",name="fleet"} 0
+limits_redis_failures_total{kind="server",name="fleet"} 0
+limits_redis_failures_total{kind="timeout",name="fleet"} 0
+# HELP limits_redis_fallbacks_total Decisions made by the local fallback GCRA because Redis gave none.
+# TYPE limits_redis_fallbacks_total counter
+limits_redis_fallbacks_total{name="fleet"} 1
+`
+	url := ts.URL
+	if err := testutil.ScrapeAndCompare(url, strings.NewReader(want), "limits_redis_calls_total", "limits_redis_failures_total", "limits_redis_fallbacks_total"); err != nil {
+		t.Error(err)
+	}
+	fams := scrape(t, url)
+	checkConventions(t, fams)
+	h := fams["limits_redis_call_duration_seconds"].GetMetric()[0].GetHistogram()
+	if h.GetSampleCount() != 5 || h.GetSampleSum() <= 0 || h.GetSampleSum() > 10 {
+		t.Errorf("histogram: %d calls in %vs, want 5 calls in (0, 10s]", h.GetSampleCount(), h.GetSampleSum())
+	}
+	bs := h.GetBucket()
+	if len(bs) != redislimit.LatencyBuckets+1 || !math.IsInf(bs[len(bs)-1].GetUpperBound(), 1) || bs[len(bs)-1].GetCumulativeCount() != 5 {
+		t.Fatalf("buckets %v, want %d and +Inf holding every call", bs, redislimit.LatencyBuckets)
+	}
+	var prev uint64
+	for i, b := range bs[:redislimit.LatencyBuckets] {
+		if want := 25e-6 * float64(uint64(1)<<i); math.Abs(b.GetUpperBound()-want) > want*1e-9 {
+			t.Errorf("bucket %d: bound %v, want %v", i, b.GetUpperBound(), want)
+		}
+		if b.GetCumulativeCount() < prev {
+			t.Errorf("bucket %d: %d calls, fewer than the bucket before", i, b.GetCumulativeCount())
+		}
+		prev = b.GetCumulativeCount()
+	}
+	lint(t, reg)
+}
+
+// TestNoGateNoPolicy checks a Middleware without a gate or a rate: no
+// gate metrics and no policy series, but every outcome at 0.
+func TestNoGateNoPolicy(t *testing.T) {
+	m, err := httplimit.New(httplimit.Config{MaxInFlightPerClient: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := limitsprom.NewCollector("bare", m)
+	if n := testutil.CollectAndCount(c); n != 11 {
+		t.Errorf("%d series, want the 11 outcomes", n)
+	}
+	if n := testutil.CollectAndCount(c, "limits_gate_in_flight", "limits_http_policy_requests_total"); n != 0 {
+		t.Errorf("%d gate or policy series, want none", n)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	lint(t, reg)
+}
+
+// TestRegisterErrors checks what Register refuses, and that components of
+// a kind register side by side under different names.
+func TestRegisterErrors(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	g1, _ := limits.NewGate(1)
+	g2, _ := limits.NewGate(1)
+	if err := limitsprom.Register(reg, "a", g1); err != nil {
+		t.Fatal(err)
+	}
+	if err := limitsprom.Register(reg, "b", g2); err != nil {
+		t.Errorf("a second gate under another name: %v", err)
+	}
+	if err := limitsprom.Register(reg, "a", g2); err == nil {
+		t.Error("a second gate under the same name: no error")
+	}
+	// A middleware's gate takes the middleware's name among the gates.
+	m, _ := httplimit.New(httplimit.Config{MaxInFlight: 1})
+	if err := limitsprom.Register(reg, "a", m); err == nil {
+		t.Error("a middleware with a gate under a gate's name: no error")
+	}
+	if err := limitsprom.Register(reg, "c", m); err != nil {
+		t.Errorf("a middleware under a new name: %v", err)
+	}
+	// Another kind may share a name.
+	if err := limitsprom.Register(reg, "a", limits.NewGCRA(1, time.Second)); err != nil {
+		t.Errorf("a GCRA under a gate's name: %v", err)
+	}
+	for _, name := range []string{"", "\xff"} {
+		if err := limitsprom.Register(reg, name, limits.NewGCRA(1, time.Second)); err == nil {
+			t.Errorf("name %q: no error", name)
+		}
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestNilComponent(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("no panic")
+		}
+	}()
+	limitsprom.NewCollector("x", (*limits.Gate)(nil))
+}
+
+// TestScrapeUnderLoad scrapes while requests flow and a route is added,
+// for the race detector, and checks that counters never go back.
+func TestScrapeUnderLoad(t *testing.T) {
+	m, err := httplimit.New(httplimit.Config{MaxInFlight: 4, Rate: limits.Limit{Events: 100, Period: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := limitsprom.Register(reg, "api", m); err != nil {
+		t.Fatal(err)
+	}
+	h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 500 {
+				r := httptest.NewRequest(http.MethodGet, "/", nil)
+				r.RemoteAddr = netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(w*10 + i%10)}), 1).String()
+				h.ServeHTTP(httptest.NewRecorder(), r)
+			}
+		})
+	}
+	wg.Go(func() {
+		m.With(httplimit.Policy{Name: "late", Rate: limits.Limit{Events: 1, Period: time.Second}})
+	})
+	var last float64
+	for range 20 {
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var total float64
+		for _, f := range fams {
+			if f.GetName() == "limits_http_requests_total" {
+				for _, s := range f.GetMetric() {
+					total += s.GetCounter().GetValue()
+				}
+			}
+		}
+		if total < last {
+			t.Errorf("requests went back from %v to %v", last, total)
+		}
+		last = total
+	}
+	wg.Wait()
+	if n, _ := testutil.GatherAndCount(reg, "limits_http_requests_total"); n != 11 {
+		t.Errorf("%d series of requests, want 11", n)
+	}
+}
