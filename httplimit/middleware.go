@@ -157,6 +157,12 @@ type PolicyStats struct {
 	InvalidCost    uint64 `json:"invalid_cost"`
 	// LimiterError counts the calls of its limiter that failed.
 	LimiterError uint64 `json:"limiter_error"`
+	// Keys is the number of clients the policy's local limiter holds, and
+	// MaxKeys the most it may (Config.MaxKeys): a table near full is a
+	// limit set too low, or an attack. Both are 0 for a policy decided
+	// elsewhere alone.
+	Keys    int `json:"keys"`
+	MaxKeys int `json:"max_keys"`
 }
 
 // Denial describes a refusal to Config.Deny.

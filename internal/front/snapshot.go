@@ -6,6 +6,8 @@ package front
 import (
 	"crypto/sha256"
 	"encoding/hex"
+
+	"github.com/limitsgo/limits"
 )
 
 // Totals is a snapshot of Counters, with the field names of the front
@@ -39,6 +41,9 @@ func (c *Counters) Load() Totals {
 type PolicyTotals struct {
 	Name                                                                       string
 	Allowed, RateLimited, TableFull, CostAboveBurst, InvalidCost, LimiterError uint64
+	// Keys and MaxKeys are the keys the policy's local limiter holds and
+	// the most it may, if it has one; 0 otherwise.
+	Keys, MaxKeys int
 }
 
 // PolicyTotalsOf returns the counts of layers' policies, in order, one
@@ -61,8 +66,20 @@ func PolicyTotalsOf[R any](layers []*Layer[R]) []PolicyTotals {
 		p.CostAboveBurst += n.CostAboveBurst.Load()
 		p.InvalidCost += n.InvalidCost.Load()
 		p.LimiterError += n.LimiterError.Load()
+		if g := l.localGCRA(); g != nil && !ok {
+			p.Keys, p.MaxKeys = g.Len(), g.MaxKeys()
+		}
 	}
 	return out
+}
+
+// localGCRA returns the policy's limiter in this process: the limiter
+// itself if it decides in process, or the one asked before it.
+func (r *Rate) localGCRA() *limits.GCRA {
+	if r.local != nil {
+		return r.local
+	}
+	return r.Pre
 }
 
 // KeyHash returns a short hash of a bucket's key, enough to tell clients
