@@ -52,8 +52,9 @@ import (
 // conservative sketch does better still, as its estimates are never above a
 // plain sketch's.
 //
-// The zero Sizing gives no size and selects the plain update: as an Option
-// it changes nothing.
+// The zero Sizing gives no size and, as an Option, changes nothing: a Rate
+// keeps its default (conservative, 4 x 4096), an Estimator or Inflight
+// its plain update and size.
 type Sizing struct {
 	// Hashes and Slots give the size outright: hashes rows of slots
 	// counters each, 8 bytes a counter. Set both, or neither and size the

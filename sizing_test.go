@@ -84,8 +84,8 @@ func TestSizingAsOption(t *testing.T) {
 		{"NewInflight", NewInflight(s).Size()},
 		{"NewRate, outright", NewRate(time.Second, Sizing{Hashes: 4, Slots: 266}).Size() / 2},
 		{"NewInflight, outright", NewInflight(Sizing{Hashes: 4, Slots: 266}).Size()},
-		{"NewRate, default", NewRate(time.Second).Size() / 2 * 266 / 1024},
-		{"NewRate, conservative default", NewRate(time.Second, Sizing{Conservative: true}).Size() / 2 * 266 / 1024},
+		{"NewRate, default", NewRate(time.Second).Size() / 2 * 266 / 4096},
+		{"NewRate, conservative default", NewRate(time.Second, Sizing{Conservative: true}).Size() / 2 * 266 / 4096},
 		{"NewInflight, default", NewInflight().Size() * 266 / 8192},
 	}
 	for _, tt := range tests {

@@ -1,31 +1,44 @@
 // Command limits-accuracy measures how far the count-min sketches of package
-// limits over-count, in plain and conservative mode, over a range of sizes
-// and two workloads, and writes the results as a markdown table and an SVG
-// chart.
+// limits over-count, in plain and conservative mode, and how often that
+// makes a rate limiter refuse a key that is within its limit; it writes
+// the results as a markdown report and two SVG charts.
 //
-//	go run ./cmd/limits-accuracy                    # writes docs/ACCURACY.md and docs/accuracy.svg
-//	go run ./cmd/limits-accuracy -trials 1 -md /tmp/a.md -svg /tmp/a.svg
+//	go run ./cmd/limits-accuracy                    # writes docs/ACCURACY.md, docs/accuracy.svg and docs/refusals.svg
+//	go run ./cmd/limits-accuracy -trials 1 -refusal-keys 10000 -md /tmp/a.md -svg /tmp/a.svg -refusal-svg /tmp/r.svg
 //
-// The workloads have the same number of distinct keys (10,000 by default)
-// and the same number of events, in a fixed shuffled order:
+// Each workload is a window's worth of events over a number of distinct
+// keys, in a fixed shuffled order:
 //
 //   - zipf: key i gets max(10, floor(10*keys/(i+1))) events, 973,855 in all
 //     for 10,000 keys: a few keys take most of the traffic, as on the web;
-//   - uniform: every key gets the same share of those events, to within one.
+//   - uniform: every key gets the same share of as many events, to within
+//     one.
 //
-// For each size (hashes x slots) and mode it counts the workload in fresh
-// sketches, -trials times with new random seeds, and reports over the keys
-// the share counted exactly, the mean, 99th percentile and largest
-// over-count, and the bound e*N/slots of the count-min analysis. It also
-// checks the sizes Sizing.Dims picks against the tolerance they promise, and
-// stops with an error if any estimate is below the true count.
+// The size sweep counts the workloads of -keys keys in fresh sketches of
+// every size (hashes x slots) and mode, -trials times with new random
+// seeds, and reports over the keys the share counted exactly, the mean,
+// 99th percentile and largest over-count, and the bound e*N/slots of the
+// count-min analysis. It also checks the sizes Sizing.Dims picks against the
+// tolerance they promise.
 //
-// It uses the standard library only and runs in about ten seconds on two
-// cores, spreading the sketches over the CPUs.
+// The refusal measurement replays the workloads of each of -refusal-keys
+// keys into each -candidates size, plain and conservative, as a limiter
+// with a limit L per window would see them: every event is counted, and
+// the estimate the count returns is compared with L. For each limit it
+// reports the share of the keys whose true count is at most L that got an
+// estimate above L at least once (keys refused though within their limit),
+// and the share of the events within their key's limit (a key's k-th event
+// of the window with k <= L) whose estimate was above L (requests refused
+// wrongly). It checks that NewRate's default is the sketch the report
+// names as the default.
+//
+// The command stops with an error if any estimate is below the true count.
+// It uses the standard library only, spreads the sketches over the CPUs, and
+// with the defaults runs in 70 to 80 seconds on two cores; the report states
+// how long its run took.
 package main
 
 import (
-	"encoding/xml"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,41 +46,73 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/internal/report"
 )
 
 // config is what a run measures and where it writes.
 type config struct {
-	keys   int   // distinct keys per workload
+	keys   int   // distinct keys per workload of the size sweep
 	trials int   // sketches per size and mode, with fresh seeds
-	hashes []int // sizes measured: every hashes x slots pair
+	hashes []int // sizes of the sweep: every hashes x slots pair
 	slots  []int
-	md     string // path of the markdown report
-	svg    string // path of the SVG chart
+
+	refusalKeys []int   // distinct keys of the refusal workloads
+	limits      []int64 // limits per window
+	candidates  []size  // sizes whose refusals are measured, both modes
+
+	cost bool // time Observe on every candidate
+
+	md         string // path of the markdown report
+	svg        string // path of the chart of the size sweep
+	refusalSVG string // path of the chart of refusals
 }
 
 func main() {
 	cfg := config{}
-	flag.IntVar(&cfg.keys, "keys", 10000, "distinct keys in each workload")
-	flag.IntVar(&cfg.trials, "trials", 3, "sketches per size and mode, each with fresh random seeds")
-	hashes := flag.String("hashes", "1,2,4,8", "comma-separated hashes (rows) to measure")
-	slots := flag.String("slots", "256,512,1024,2048,4096,8192,16384,32768,65536", "comma-separated slots (columns) to measure")
+	flag.IntVar(&cfg.keys, "keys", 10000, "distinct keys in each workload of the size sweep")
+	flag.IntVar(&cfg.trials, "trials", 5, "sketches per size and mode, each with fresh random seeds")
+	hashes := flag.String("hashes", "1,2,4,8", "comma-separated hashes (rows) of the size sweep")
+	slots := flag.String("slots", "256,512,1024,2048,4096,8192,16384,32768,65536", "comma-separated slots (columns) of the size sweep")
+	refusalKeys := flag.String("refusal-keys", "10000,100000", "comma-separated distinct keys of the refusal workloads")
+	limitList := flag.String("limits", "100,1000", "comma-separated limits per window of the refusal measurement")
+	candidates := flag.String("candidates", "8x512,4x1024,2x2048,8x1024,4x2048,2x4096,8x2048,4x4096,2x8192",
+		"comma-separated hashes x slots whose refusals are measured, plain and conservative")
+	flag.BoolVar(&cfg.cost, "cost", true, "time Rate.Observe on every candidate, after the measurements")
 	flag.StringVar(&cfg.md, "md", "docs/ACCURACY.md", "path of the markdown report")
-	flag.StringVar(&cfg.svg, "svg", "docs/accuracy.svg", "path of the SVG chart")
+	flag.StringVar(&cfg.svg, "svg", "docs/accuracy.svg", "path of the chart of over-counts against memory")
+	flag.StringVar(&cfg.refusalSVG, "refusal-svg", "docs/refusals.svg", "path of the chart of false refusals")
 	flag.Parse()
 	var err error
-	if cfg.hashes, err = parseInts(*hashes); err != nil {
-		fatal(fmt.Errorf("-hashes: %w", err))
+	for _, f := range []struct {
+		name string
+		list string
+		to   *[]int
+	}{
+		{"-hashes", *hashes, &cfg.hashes},
+		{"-slots", *slots, &cfg.slots},
+		{"-refusal-keys", *refusalKeys, &cfg.refusalKeys},
+	} {
+		if *f.to, err = parseInts(f.list); err != nil {
+			fatal(fmt.Errorf("%s: %w", f.name, err))
+		}
 	}
-	if cfg.slots, err = parseInts(*slots); err != nil {
-		fatal(fmt.Errorf("-slots: %w", err))
+	ls, err := parseInts(*limitList)
+	if err != nil {
+		fatal(fmt.Errorf("-limits: %w", err))
+	}
+	for _, l := range ls {
+		cfg.limits = append(cfg.limits, int64(l))
+	}
+	if cfg.candidates, err = parseSizes(*candidates); err != nil {
+		fatal(fmt.Errorf("-candidates: %w", err))
 	}
 	if err := run(cfg, os.Stdout); err != nil {
 		fatal(err)
@@ -95,65 +140,100 @@ func parseInts(s string) ([]int, error) {
 	return out, nil
 }
 
-// run measures every size of cfg on both workloads, writes the report and
-// the chart, and prints a short summary to out.
-func run(cfg config, out io.Writer) error {
-	if cfg.keys < 2 || cfg.trials < 1 || len(cfg.hashes) == 0 || len(cfg.slots) == 0 {
-		return errors.New("need at least 2 keys, 1 trial, one hashes and one slots value")
+// parseSizes parses a comma-separated list of sizes written hashes x
+// slots, such as 4x1024.
+func parseSizes(s string) ([]size, error) {
+	var out []size
+	for f := range strings.SplitSeq(s, ",") {
+		h, sl, ok := strings.Cut(strings.TrimSpace(f), "x")
+		if !ok {
+			return nil, fmt.Errorf("%q is not hashes x slots, such as 4x1024", f)
+		}
+		n, err := parseInts(h + "," + sl)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", f, err)
+		}
+		out = append(out, size{n[0], n[1]})
 	}
-	if slices.Max(cfg.hashes) > 16 {
+	return out, nil
+}
+
+// run measures what cfg asks for, writes the report and the charts, and
+// prints a short summary to out.
+func run(cfg config, out io.Writer) error {
+	start := time.Now()
+	switch {
+	case cfg.keys < 2 || cfg.trials < 1 || len(cfg.hashes) == 0 || len(cfg.slots) == 0:
+		return errors.New("need at least 2 keys, 1 trial, one hashes and one slots value")
+	case len(cfg.refusalKeys) == 0 || slices.Min(cfg.refusalKeys) < 2 || len(cfg.limits) == 0 || len(cfg.candidates) == 0:
+		return errors.New("need refusal workloads of at least 2 keys, a limit and a candidate")
+	case slices.Max(cfg.hashes) > 16 || slices.ContainsFunc(cfg.candidates, func(s size) bool { return s.hashes > 16 }):
 		return errors.New("conservative sketches take at most 16 hashes")
 	}
-	z := zipf(cfg.keys)
-	loads := []*workload{z, uniform(cfg.keys, z.events)}
+	if err := checkDefault(); err != nil {
+		return err
+	}
+
+	sweepLoads := workloads(cfg.keys)
 	var sizes []size
 	for _, h := range cfg.hashes {
 		for _, s := range cfg.slots {
 			sizes = append(sizes, size{h, s})
 		}
 	}
-	res, err := measureAll(loads, sizes, cfg.trials)
+	sweep, err := measure(sweepLoads, sizes, cfg.trials, nil)
 	if err != nil {
 		return err
 	}
-	checks, err := checkSizings(loads, cfg.trials)
+	checks, err := checkSizings(sweepLoads, cfg.trials)
 	if err != nil {
 		return err
 	}
-	if err := writeFile(cfg.md, func(w io.Writer) error { return writeMarkdown(w, cfg, loads, res, checks) }); err != nil {
-		return err
-	}
-	if err := writeFile(cfg.svg, func(w io.Writer) error { return writeSVG(w, loads, res) }); err != nil {
-		return err
-	}
-	for _, r := range res {
-		if r.load == z && r.size.hashes == 4 && (r.size.slots == 1024 || r.size.slots == 8192) {
-			fmt.Fprintf(out, "%s %dx%d: plain mean %.1f, exact %.1f%%; conservative mean %.1f, exact %.1f%%\n",
-				z.name, r.size.hashes, r.size.slots, r.plain.mean, r.plain.exact, r.cons.mean, r.cons.exact)
+	var refusalLoads []*workload
+	for _, k := range cfg.refusalKeys {
+		if k == cfg.keys {
+			refusalLoads = append(refusalLoads, sweepLoads...)
+		} else {
+			refusalLoads = append(refusalLoads, workloads(k)...)
 		}
 	}
-	fmt.Fprintf(out, "wrote %s and %s\n", cfg.md, cfg.svg)
+	refusals, err := measure(refusalLoads, cfg.candidates, cfg.trials, cfg.limits)
+	if err != nil {
+		return err
+	}
+
+	var costs map[candidate][2]float64
+	if cfg.cost {
+		var cands []candidate
+		for _, s := range cfg.candidates {
+			cands = append(cands, candidate{s, false}, candidate{s, true})
+		}
+		if !slices.Contains(cands, formerDefault) {
+			cands = append(cands, formerDefault)
+		}
+		costs = timeObserve(cands)
+	}
+	rep := &accuracyReport{
+		cfg: cfg, elapsed: time.Since(start),
+		sweepLoads: sweepLoads, sweep: sweep, checks: checks,
+		refusalLoads: refusalLoads, refusals: refusals, costs: costs,
+	}
+	for name, data := range map[string][]byte{
+		cfg.md:         rep.markdown(),
+		cfg.svg:        rep.sweepChart(),
+		cfg.refusalSVG: rep.refusalChart(),
+	} {
+		if err := report.WriteFile(name, data); err != nil {
+			return err
+		}
+	}
+	rep.summary(out)
+	fmt.Fprintf(out, "wrote %s, %s and %s in %.0f s\n", cfg.md, cfg.svg, cfg.refusalSVG, rep.elapsed.Seconds())
 	return nil
 }
 
-// writeFile creates path, and its directory if need be, and fills it with
-// write.
-func writeFile(path string, write func(io.Writer) error) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// workload is a stream of events over keys whose true counts are known.
+// workload is a window's worth of events over keys whose true counts are
+// known.
 type workload struct {
 	name   string
 	about  string   // one line for the report
@@ -161,6 +241,24 @@ type workload struct {
 	counts []int64  // true count per key
 	stream []int32  // key index per event, in arrival order
 	events int64    // len(stream)
+}
+
+// title returns the workload's name and scale, such as "zipf, 10,000 keys".
+func (w *workload) title() string {
+	return fmt.Sprintf("%s, %s keys", w.name, report.Group(int64(len(w.keys))))
+}
+
+// phrase names the workload in a sentence, such as "the zipf workload of
+// 10,000 keys".
+func (w *workload) phrase() string {
+	return fmt.Sprintf("the %s workload of %s keys", w.name, report.Group(int64(len(w.keys))))
+}
+
+// workloads returns the zipf and uniform workloads of n keys, with the same
+// number of events.
+func workloads(n int) []*workload {
+	z := zipf(n)
+	return []*workload{z, uniform(n, z.events)}
 }
 
 // zipf returns the skewed workload: key i gets max(10, floor(10*n/(i+1)))
@@ -191,13 +289,16 @@ func newWorkload(name, about string, counts []int64) *workload {
 	w := &workload{name: name, about: about, counts: counts, keys: make([]string, len(counts))}
 	for i, c := range counts {
 		w.keys[i] = fmt.Sprintf("client-%06d", i)
+		w.events += c
+	}
+	w.stream = make([]int32, 0, w.events)
+	for i, c := range counts {
 		for range c {
 			w.stream = append(w.stream, int32(i))
 		}
 	}
 	rng := rand.New(rand.NewPCG(7, 7))
 	rng.Shuffle(len(w.stream), func(i, j int) { w.stream[i], w.stream[j] = w.stream[j], w.stream[i] })
-	w.events = int64(len(w.stream))
 	return w
 }
 
@@ -207,7 +308,12 @@ type size struct{ hashes, slots int }
 // bytes returns the memory a sketch of size s holds.
 func (s size) bytes() int { return s.hashes * s.slots * 8 }
 
-// sketch is what both kinds of sketch offer for counting a workload.
+func (s size) String() string { return fmt.Sprintf("%d x %d", s.hashes, s.slots) }
+
+// modes are the names of the two update modes, plain first.
+var modes = [2]string{"plain", "conservative"}
+
+// sketch is what a sketch offers for counting a workload.
 type sketch interface {
 	Hash(key []byte) uint64
 	IncrHash(h uint64, delta int64) int64
@@ -219,30 +325,80 @@ func newSketch(s size, conservative bool) sketch {
 	return limits.NewEstimator(s.hashes, s.slots, limits.Sizing{Conservative: conservative})
 }
 
-// count replays w into sk, one event at a time, and returns each key's
-// over-count, sorted. It fails if any estimate is below the true count.
-func count(sk sketch, w *workload) ([]int64, error) {
+// refusal counts what a limiter with one limit refused wrongly in one
+// replay.
+type refusal struct {
+	under   int64 // keys whose true count is at most the limit
+	keys    int64 // those of them that got an estimate above it
+	within  int64 // events within their key's limit: a key's first limit events
+	refused int64 // those of them whose estimate was above the limit
+}
+
+// keyShare returns the share of the keys within the limit that were
+// refused, or NaN if no key was within it.
+func (r refusal) keyShare() float64 { return share(r.keys, r.under) }
+
+// eventShare returns the share of the events within their key's limit that
+// were refused.
+func (r refusal) eventShare() float64 { return share(r.refused, r.within) }
+
+// share returns n/of, or NaN if of is 0.
+func share(n, of int64) float64 {
+	if of == 0 {
+		return math.NaN()
+	}
+	return float64(n) / float64(of)
+}
+
+// replay counts w into sk one event at a time, as a limiter that counts
+// every request and refuses those whose count is above the limit would,
+// and returns each key's over-count at the end, sorted, and what a limiter
+// would have refused wrongly at each of limits. It fails if any estimate is
+// below the true count.
+func replay(sk sketch, w *workload, limits []int64) (over []int64, refused []refusal, err error) {
 	hs := make([]uint64, len(w.keys))
 	for i, k := range w.keys {
 		hs[i] = sk.Hash([]byte(k))
 	}
+	seen := make([]int64, len(w.keys)) // events of each key so far
+	peak := make([]int64, len(w.keys)) // highest estimate each key got
+	refused = make([]refusal, len(limits))
 	for _, i := range w.stream {
-		sk.IncrHash(hs[i], 1)
+		est := sk.IncrHash(hs[i], 1)
+		seen[i]++
+		peak[i] = max(peak[i], est)
+		for j, l := range limits {
+			if est > l && seen[i] <= l {
+				refused[j].refused++
+			}
+		}
 	}
-	over := make([]int64, len(w.keys))
+	for j, l := range limits {
+		r := &refused[j]
+		for i, c := range w.counts {
+			r.within += min(c, l)
+			if c <= l {
+				r.under++
+				if peak[i] > l {
+					r.keys++
+				}
+			}
+		}
+	}
+	over = make([]int64, len(w.keys))
 	for i, h := range hs {
 		over[i] = sk.GetHash(h) - w.counts[i]
 		if over[i] < 0 {
-			return nil, fmt.Errorf("%s: key %s estimated %d, below its true count %d", w.name, w.keys[i], sk.GetHash(h), w.counts[i])
+			return nil, nil, fmt.Errorf("%s: key %s estimated %d, below its true count %d", w.name, w.keys[i], sk.GetHash(h), w.counts[i])
 		}
 	}
 	slices.Sort(over)
-	return over, nil
+	return over, refused, nil
 }
 
 // stats summarizes over-counts, sorted, of one or more trials.
 type stats struct {
-	exact float64 // share of keys counted exactly, in percent
+	exact float64 // share of keys counted exactly
 	mean  float64 // mean over-count
 	p99   float64 // 99th percentile over-count
 	max   int64   // largest over-count
@@ -259,35 +415,103 @@ func summarize(over []int64) stats {
 		}
 	}
 	n := len(over)
-	st.exact = 100 * float64(exact) / float64(n)
+	st.exact = float64(exact) / float64(n)
 	st.mean = sum / float64(n)
 	st.p99 = float64(over[(99*n+99)/100-1]) // nearest rank
 	st.max = over[n-1]
 	return st
 }
 
-// result is what one size measured on one workload, averaged over trials
-// (max: the largest of all trials).
+// trial is what one sketch measured.
+type trial struct {
+	stats
+	refused []refusal // per limit
+}
+
+// spread is a figure measured over several trials: their mean and range.
+type spread struct{ mean, lo, hi float64 }
+
+// spreadOf returns the mean and range of xs, ignoring NaN; all NaN if
+// every x is.
+func spreadOf(xs []float64) spread {
+	var s spread
+	n := 0
+	for _, x := range xs {
+		if math.IsNaN(x) {
+			continue
+		}
+		if n == 0 || x < s.lo {
+			s.lo = x
+		}
+		if n == 0 || x > s.hi {
+			s.hi = x
+		}
+		s.mean += x
+		n++
+	}
+	if n == 0 {
+		return spread{math.NaN(), math.NaN(), math.NaN()}
+	}
+	s.mean /= float64(n)
+	return s
+}
+
+// outcome is what one mode measured on one workload and size, over its
+// trials.
+type outcome struct {
+	stats              // each the mean over trials; max the largest of all
+	meanRange spread   // the mean over-count, over the trials
+	keys      []spread // per limit: share of the keys within it refused
+	events    []spread // per limit: share of the events within it refused
+	under     []int64  // per limit: keys whose true count is at most the limit
+}
+
+// result is what one size measured on one workload, in both modes.
 type result struct {
 	load  *workload
 	size  size
-	plain stats
-	cons  stats
+	modes [2]outcome // plain, conservative
 }
 
-// measureAll counts every workload in sketches of every size, both modes,
-// trials times, spreading the work over the CPUs.
-func measureAll(loads []*workload, sizes []size, trials int) ([]result, error) {
-	type job struct{ r, trial int }
+// combine returns the outcome of a mode's trials.
+func combine(ts []trial, limits int) outcome {
+	var o outcome
+	means := make([]float64, len(ts))
+	for i, t := range ts {
+		o.exact += t.exact / float64(len(ts))
+		o.mean += t.mean / float64(len(ts))
+		o.p99 += t.p99 / float64(len(ts))
+		o.max = max(o.max, t.max)
+		means[i] = t.mean
+	}
+	o.meanRange = spreadOf(means)
+	for j := range limits {
+		var ks, es []float64
+		for _, t := range ts {
+			ks = append(ks, t.refused[j].keyShare())
+			es = append(es, t.refused[j].eventShare())
+		}
+		o.keys = append(o.keys, spreadOf(ks))
+		o.events = append(o.events, spreadOf(es))
+		o.under = append(o.under, ts[0].refused[j].under)
+	}
+	return o
+}
+
+// measure replays every workload into fresh sketches of every size, both
+// modes, trials times each, spreading the work over the CPUs, and reports
+// the refusals at each of limits (none if limits is empty).
+func measure(loads []*workload, sizes []size, trials int, limits []int64) ([]result, error) {
+	type job struct{ r, mode, trial int }
 	res := make([]result, 0, len(loads)*len(sizes))
 	for _, w := range loads {
 		for _, s := range sizes {
 			res = append(res, result{load: w, size: s})
 		}
 	}
-	per := make([][2][]stats, len(res)) // [result][mode][trial]
+	per := make([][2][]trial, len(res)) // [result][mode][trial]
 	for i := range per {
-		per[i] = [2][]stats{make([]stats, trials), make([]stats, trials)}
+		per[i] = [2][]trial{make([]trial, trials), make([]trial, trials)}
 	}
 	jobs := make(chan job)
 	var (
@@ -299,22 +523,24 @@ func measureAll(loads []*workload, sizes []size, trials int) ([]result, error) {
 		wg.Go(func() {
 			for j := range jobs {
 				r := &res[j.r]
-				for mode, cons := range []bool{false, true} {
-					over, err := count(newSketch(r.size, cons), r.load)
-					if err != nil {
-						mu.Lock()
-						first = cmp(first, err)
-						mu.Unlock()
-						continue
+				over, refused, err := replay(newSketch(r.size, j.mode == 1), r.load, limits)
+				if err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
 					}
-					per[j.r][mode][j.trial] = summarize(over)
+					mu.Unlock()
+					continue
 				}
+				per[j.r][j.mode][j.trial] = trial{summarize(over), refused}
 			}
 		})
 	}
 	for r := range res {
 		for t := range trials {
-			jobs <- job{r, t}
+			for mode := range modes {
+				jobs <- job{r, mode, t}
+			}
 		}
 	}
 	close(jobs)
@@ -323,30 +549,11 @@ func measureAll(loads []*workload, sizes []size, trials int) ([]result, error) {
 		return nil, first
 	}
 	for i := range res {
-		res[i].plain = average(per[i][0])
-		res[i].cons = average(per[i][1])
+		for mode := range modes {
+			res[i].modes[mode] = combine(per[i][mode], len(limits))
+		}
 	}
 	return res, nil
-}
-
-// cmp returns err if it is not nil, else alt.
-func cmp(err, alt error) error {
-	if err != nil {
-		return err
-	}
-	return alt
-}
-
-// average returns the mean of each stat over trials, and the largest max.
-func average(ts []stats) stats {
-	var a stats
-	for _, t := range ts {
-		a.exact += t.exact / float64(len(ts))
-		a.mean += t.mean / float64(len(ts))
-		a.p99 += t.p99 / float64(len(ts))
-		a.max = max(a.max, t.max)
-	}
-	return a
 }
 
 // sizingCheck is what a Sizing promised for one workload and what sketches of
@@ -356,9 +563,8 @@ type sizingCheck struct {
 	label     string // the Sizing, as Go source
 	sizing    limits.Sizing
 	size      size
-	tolerance int64   // the over-count allowed, in events
-	plainMiss float64 // share of keys over tolerance, plain, in percent
-	consMiss  float64 // the same, conservative
+	tolerance int64      // the over-count allowed, in events
+	miss      [2]float64 // share of keys over tolerance, per mode
 }
 
 // checkSizings sizes sketches for each workload with Sizing and measures the
@@ -386,234 +592,17 @@ func checkSizings(loads []*workload, trials int) ([]sizingCheck, error) {
 			}
 			sc := sizingCheck{load: w, label: c.label, sizing: c.s, size: size{h, s}, tolerance: tol}
 			for range trials {
-				for _, cons := range []bool{false, true} {
-					over, err := count(newSketch(sc.size, cons), w)
+				for mode := range modes {
+					over, _, err := replay(newSketch(sc.size, mode == 1), w, nil)
 					if err != nil {
 						return nil, err
 					}
 					i, _ := slices.BinarySearch(over, tol+1) // first key over tolerance
-					miss := 100 * float64(len(over)-i) / float64(len(over)) / float64(trials)
-					if cons {
-						sc.consMiss += miss
-					} else {
-						sc.plainMiss += miss
-					}
+					sc.miss[mode] += float64(len(over)-i) / float64(len(over)) / float64(trials)
 				}
 			}
 			checks = append(checks, sc)
 		}
 	}
 	return checks, nil
-}
-
-// writeMarkdown writes the report.
-func writeMarkdown(w io.Writer, cfg config, loads []*workload, res []result, checks []sizingCheck) error {
-	var b strings.Builder
-	b.WriteString("# Accuracy of the count-min sketches\n\n")
-	fmt.Fprintf(&b, "Generated by `go run ./cmd/limits-accuracy -trials %d`. Every sketch draws random seeds, so figures move a little from run to run; each is the mean over %d sketches (max: the largest over all of them).\n\n", cfg.trials, cfg.trials)
-	b.WriteString("Workloads, each counted one event at a time in a fixed shuffled order:\n\n")
-	for _, l := range loads {
-		fmt.Fprintf(&b, "- **%s**: %s keys, %s events; %s.\n", l.name, group(int64(len(l.keys))), group(l.events), l.about)
-	}
-	b.WriteString("\nColumns: the share of keys counted exactly, then the mean, 99th percentile and largest over-count over all keys, for the plain `Estimator` and the `ConservativeEstimator`; the last column is the count-min bound e*N/slots, which a key's over-count exceeds with probability at most e^-hashes. The two modes are measured on independent random placements, so a single figure such as the max can come out higher for the conservative sketch; on one placement its estimates are never higher than the plain sketch's (the package tests check this).\n\n")
-	b.WriteString("![mean over-count against memory](accuracy.svg)\n")
-	for _, l := range loads {
-		fmt.Fprintf(&b, "\n## %s\n\n", l.name)
-		b.WriteString("| hashes x slots | memory | plain exact | plain mean | plain p99 | plain max | conservative exact | conservative mean | conservative p99 | conservative max | e*N/slots |\n")
-		b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
-		for _, r := range res {
-			if r.load != l {
-				continue
-			}
-			fmt.Fprintf(&b, "| %d x %d | %s | %.1f%% | %s | %s | %d | %.1f%% | %s | %s | %d | %.0f |\n",
-				r.size.hashes, r.size.slots, memory(r.size.bytes()),
-				r.plain.exact, num(r.plain.mean), num(r.plain.p99), r.plain.max,
-				r.cons.exact, num(r.cons.mean), num(r.cons.p99), r.cons.max,
-				math.E*float64(l.events)/float64(r.size.slots))
-		}
-	}
-	b.WriteString("\n## Sizing\n\n")
-	b.WriteString("What `Sizing.Dims` picks for each workload, and the share of keys whose over-count then exceeds the tolerance; the bound allows 2% (the default Failure).\n\n")
-	b.WriteString("| workload | sizing | hashes x slots | memory | tolerance | plain over it | conservative over it |\n")
-	b.WriteString("| --- | --- | --- | ---: | ---: | ---: | ---: |\n")
-	for _, c := range checks {
-		fmt.Fprintf(&b, "| %s | `%s` | %d x %d | %s | %d | %.2f%% | %.2f%% |\n",
-			c.load.name, c.label, c.size.hashes, c.size.slots, memory(c.size.bytes()), c.tolerance, c.plainMiss, c.consMiss)
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-// num formats a mean or percentile: whole above 100, else 2 significant
-// decimals.
-func num(v float64) string {
-	if v >= 100 {
-		return strconv.FormatFloat(v, 'f', 0, 64)
-	}
-	return strconv.FormatFloat(v, 'f', 2, 64)
-}
-
-// group formats n with thousands separators.
-func group(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
-}
-
-// memory formats a byte count in B, KiB or MiB, to one decimal.
-func memory(b int) string {
-	unit := func(n float64, name string) string {
-		return strings.TrimSuffix(strconv.FormatFloat(n, 'f', 1, 64), ".0") + " " + name
-	}
-	switch {
-	case b >= 1<<20:
-		return unit(float64(b)/(1<<20), "MiB")
-	case b >= 1<<10:
-		return unit(float64(b)/(1<<10), "KiB")
-	}
-	return fmt.Sprintf("%d B", b)
-}
-
-// chart geometry, in SVG user units.
-const (
-	panelW, panelH = 440, 320
-	marginL        = 64
-	marginT        = 48
-	marginB        = 52
-	gap            = 80
-	legendH        = 72
-	floorY         = 0.01 // lines end where the mean first drops below this
-)
-
-// modeStyle is how one mode's lines look.
-var modeStyle = [2]struct{ name, color string }{
-	{"plain", "#d95f02"},
-	{"conservative", "#1b6fb5"},
-}
-
-// dashes returns the dash pattern of the lines for h hashes, the i-th value
-// of hashes measured: solid for the default of 4.
-func dashes(i, h int) string {
-	if h == 4 {
-		return ""
-	}
-	return [...]string{"8 4", "2 3", "12 4 2 4", "1 4"}[i%4]
-}
-
-// lineWidth returns the stroke width of the lines for h hashes: the default
-// of 4 stands out.
-func lineWidth(h int) float64 {
-	if h == 4 {
-		return 2.8
-	}
-	return 1.5
-}
-
-// hashCount returns "1 hash" or "n hashes".
-func hashCount(h int) string {
-	if h == 1 {
-		return "1 hash"
-	}
-	return fmt.Sprintf("%d hashes", h)
-}
-
-// writeSVG writes the chart: for each workload a panel of mean over-count
-// against memory, log-log, one line per mode and hashes.
-func writeSVG(w io.Writer, loads []*workload, res []result) error {
-	var hashes []int
-	minB, maxB, maxY := math.MaxInt, 0, floorY
-	for _, r := range res {
-		if !slices.Contains(hashes, r.size.hashes) {
-			hashes = append(hashes, r.size.hashes)
-		}
-		minB, maxB = min(minB, r.size.bytes()), max(maxB, r.size.bytes())
-		maxY = max(maxY, r.plain.mean, r.cons.mean)
-	}
-	slices.Sort(hashes)
-	x0, x1 := math.Log2(float64(minB)), math.Log2(float64(maxB))
-	if x1-x0 < 1 {
-		x0, x1 = x0-0.5, x1+0.5
-	}
-	y0, y1 := math.Log10(floorY), math.Ceil(math.Log10(maxY)+1e-9)
-	width := marginL + len(loads)*(panelW+gap)
-	height := marginT + panelH + marginB + legendH
-
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
-	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
-	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="15" font-weight="bold">%s</text>`+"\n", marginL, esc("Mean over-count per key against sketch memory"))
-	for p, l := range loads {
-		left := float64(marginL + p*(panelW+gap))
-		px := func(bytes int) float64 {
-			return left + (math.Log2(float64(bytes))-x0)/(x1-x0)*panelW
-		}
-		py := func(v float64) float64 {
-			v = max(v, floorY)
-			return marginT + (y1-math.Log10(v))/(y1-y0)*panelH
-		}
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-size="13" font-weight="bold">%s</text>`+"\n", left, marginT-10,
-			esc(fmt.Sprintf("%s: %s keys, %s events", l.name, group(int64(len(l.keys))), group(l.events))))
-		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%d" height="%d" fill="none" stroke="#888"/>`+"\n", left, marginT, panelW, panelH)
-		for e := y0; e <= y1+1e-9; e++ {
-			y := py(math.Pow(10, e))
-			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", left, y, left+panelW, y)
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", left-6, y+4, esc(strconv.FormatFloat(math.Pow(10, e), 'g', -1, 64)))
-		}
-		for e := math.Ceil(x0); e <= x1+1e-9; e++ {
-			if int(e)%2 != 0 && x1-x0 > 6 {
-				continue
-			}
-			x := px(1 << int(e))
-			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>`+"\n", x, marginT, x, marginT+panelH)
-			fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x, marginT+panelH+16, esc(memory(1<<int(e))))
-		}
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", left+panelW/2, marginT+panelH+36, esc("memory (hashes x slots x 8 bytes)"))
-		fmt.Fprintf(&b, `<text transform="translate(%.1f %d) rotate(-90)" text-anchor="middle">%s</text>`+"\n", left-44, marginT+panelH/2, esc("mean over-count (events)"))
-		for mode, ms := range modeStyle {
-			for hi, h := range hashes {
-				var pts []string
-				for _, r := range res {
-					if r.load != l || r.size.hashes != h {
-						continue
-					}
-					v := r.plain.mean
-					if mode == 1 {
-						v = r.cons.mean
-					}
-					pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(r.size.bytes()), py(v)))
-					if v < floorY {
-						break // the rest lie on the bottom edge too
-					}
-				}
-				fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="%.1f" stroke-dasharray="%s" points="%s"><title>%s</title></polyline>`+"\n",
-					ms.color, lineWidth(h), dashes(hi, h), strings.Join(pts, " "), esc(ms.name+", "+hashCount(h)))
-			}
-		}
-	}
-	// Legend: colour for the mode, dashes for the hashes.
-	ly := marginT + panelH + marginB + 14
-	for mode, ms := range modeStyle {
-		x := marginL + mode*200
-		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3"/>`+"\n", x, ly, x+30, ly, ms.color)
-		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`+"\n", x+36, ly+4, esc(ms.name))
-	}
-	for hi, h := range hashes {
-		x := marginL + hi*130
-		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#444" stroke-width="%.1f" stroke-dasharray="%s"/>`+"\n", x, ly+22, x+30, ly+22, lineWidth(h), dashes(hi, h))
-		fmt.Fprintf(&b, `<text x="%d" y="%d">%s</text>`+"\n", x+36, ly+26, esc(hashCount(h)))
-	}
-	fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#555">%s</text>`+"\n", marginL, ly+48,
-		esc(fmt.Sprintf("A line ends where its mean first drops below %g. Generated by go run ./cmd/limits-accuracy.", floorY)))
-	b.WriteString("</svg>\n")
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-// esc returns s escaped for SVG text and attribute values.
-func esc(s string) string {
-	var b strings.Builder
-	xml.EscapeText(&b, []byte(s)) // writes to a strings.Builder cannot fail
-	return b.String()
 }

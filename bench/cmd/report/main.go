@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/limitsgo/limits/bench"
+	"github.com/limitsgo/limits/internal/report"
 )
 
 func main() {
@@ -81,10 +82,10 @@ func run(rounds int, benchtime, httpBenchtime, cpu, out, from string) error {
 		if benchOut, memOut, err = measure(rounds, benchtime, httpBenchtime, cpu); err != nil {
 			return err
 		}
-		if err := writeFile(filepath.Join(out, benchFile), benchOut); err != nil {
+		if err := report.WriteFile(filepath.Join(out, benchFile), benchOut); err != nil {
 			return err
 		}
-		if err := writeFile(filepath.Join(out, memoryFile), memOut); err != nil {
+		if err := report.WriteFile(filepath.Join(out, memoryFile), memOut); err != nil {
 			return err
 		}
 	}
@@ -95,14 +96,14 @@ func run(rounds int, benchtime, httpBenchtime, cpu, out, from string) error {
 	}
 	files := map[string][]byte{
 		"BENCHMARKS.md":        r.markdown(),
-		"charts/ns-per-op.svg": r.nsChart(r.headlineProcs()),
+		"charts/ns-per-op.svg": r.keysChart(r.headlineProcs()),
 		"charts/heap.svg":      r.heapChart(),
 	}
 	if len(r.res.http) > 0 {
 		files["charts/http.svg"] = r.httpChart(r.httpProcs())
 	}
 	for name, data := range files {
-		if err := writeFile(filepath.Join(out, name), data); err != nil {
+		if err := report.WriteFile(filepath.Join(out, name), data); err != nil {
 			return err
 		}
 	}
@@ -115,7 +116,7 @@ func run(rounds int, benchtime, httpBenchtime, cpu, out, from string) error {
 
 // newReport builds the report from the saved benchmark output, with its
 // header of meta lines, and the memory program's lines.
-func newReport(benchOut, memOut []byte) (*report, error) {
+func newReport(benchOut, memOut []byte) (*benchReport, error) {
 	res, err := parseBench(bytes.NewReader(benchOut))
 	if err != nil {
 		return nil, err
@@ -124,7 +125,7 @@ func newReport(benchOut, memOut []byte) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &report{structures: bench.Structures(), middlewares: bench.Middlewares(), res: res, heap: heap}
+	r := &benchReport{structures: bench.Structures(), middlewares: bench.Middlewares(), res: res, heap: heap}
 	meta := parseMeta(benchOut)
 	r.machine = machine{
 		CPU:       meta["cpu-model"],
@@ -268,12 +269,4 @@ func loadAvg() string {
 		return ""
 	}
 	return strings.Join(f[:3], ", ")
-}
-
-// writeFile writes data to name, making its directory if needed.
-func writeFile(name string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(name, data, 0o644)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"html"
 	"math"
 	"slices"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/limitsgo/limits/bench"
+	"github.com/limitsgo/limits/internal/report"
 )
 
 // baseline is the structure every ratio compares with.
@@ -43,8 +43,8 @@ type settings struct {
 	Seconds       float64 // the whole run, 0 if unknown
 }
 
-// report holds everything BENCHMARKS.md and the charts show.
-type report struct {
+// benchReport holds everything BENCHMARKS.md and the charts show.
+type benchReport struct {
 	structures  []bench.Structure
 	middlewares []bench.Middleware
 	res         *results
@@ -55,7 +55,7 @@ type report struct {
 
 // procs returns the GOMAXPROCS values measured in BenchmarkKeys1M, in
 // increasing order.
-func (r *report) procs() []int { return procsOf(r.res.cells) }
+func (r *benchReport) procs() []int { return procsOf(r.res.cells) }
 
 // procsOf returns the GOMAXPROCS values of cells, in increasing order.
 func procsOf(cells map[cell]*samples) []int {
@@ -71,7 +71,7 @@ func procsOf(cells map[cell]*samples) []int {
 
 // headlineProcs is the GOMAXPROCS of the headline table and chart: 2 if
 // measured, else the largest measured.
-func (r *report) headlineProcs() int {
+func (r *benchReport) headlineProcs() int {
 	ps := r.procs()
 	if slices.Contains(ps, 2) || len(ps) == 0 {
 		return 2
@@ -94,39 +94,39 @@ func allocsOf(s *samples) []float64 { return s.allocs }
 func bytesOf(s *samples) []float64  { return s.bytes }
 
 // ns returns the median ns/op of a structure, or NaN if it was not measured.
-func (r *report) ns(name, mode string, procs int) float64 {
+func (r *benchReport) ns(name, mode string, procs int) float64 {
 	return medianOf(r.res.cells, cell{name, mode, procs}, nsOf)
 }
 
 // allocs returns the median allocs/op of a structure, or NaN.
-func (r *report) allocs(name, mode string, procs int) float64 {
+func (r *benchReport) allocs(name, mode string, procs int) float64 {
 	return medianOf(r.res.cells, cell{name, mode, procs}, allocsOf)
 }
 
 // httpNs returns the median ns/op of a middleware, or NaN.
-func (r *report) httpNs(name, mode string, procs int) float64 {
+func (r *benchReport) httpNs(name, mode string, procs int) float64 {
 	return medianOf(r.res.http, cell{name, mode, procs}, nsOf)
 }
 
 // httpAllocs returns the median allocs/op of a middleware, or NaN.
-func (r *report) httpAllocs(name, mode string, procs int) float64 {
+func (r *benchReport) httpAllocs(name, mode string, procs int) float64 {
 	return medianOf(r.res.http, cell{name, mode, procs}, allocsOf)
 }
 
 // httpBytes returns the median B/op of a middleware, or NaN.
-func (r *report) httpBytes(name, mode string, procs int) float64 {
+func (r *benchReport) httpBytes(name, mode string, procs int) float64 {
 	return medianOf(r.res.http, cell{name, mode, procs}, bytesOf)
 }
 
 // overhead returns a middleware's median ns/op minus the bare handler's,
 // in the same mode at the same GOMAXPROCS, or NaN.
-func (r *report) overhead(name, mode string, procs int) float64 {
+func (r *benchReport) overhead(name, mode string, procs int) float64 {
 	return r.httpNs(name, mode, procs) - r.httpNs(httpBaseline, mode, procs)
 }
 
 // httpProcs is the GOMAXPROCS of the HTTP table and chart: 2 if measured,
 // else the largest measured.
-func (r *report) httpProcs() int {
+func (r *benchReport) httpProcs() int {
 	ps := procsOf(r.res.http)
 	if slices.Contains(ps, 2) || len(ps) == 0 {
 		return 2
@@ -135,7 +135,7 @@ func (r *report) httpProcs() int {
 }
 
 // heapOf returns the heap a structure holds for NumKeys keys, or NaN.
-func (r *report) heapOf(name string) float64 {
+func (r *benchReport) heapOf(name string) float64 {
 	h, ok := r.heap[name]
 	if !ok {
 		return math.NaN()
@@ -159,78 +159,27 @@ func styled(l string, kind bench.Kind) string {
 	return l
 }
 
-// fmtNs formats a time per call.
-func fmtNs(ns float64) string {
-	switch {
-	case math.IsNaN(ns):
-		return "n/a"
-	case ns >= 100:
-		return fmt.Sprintf("%.0f", ns)
-	default:
-		return fmt.Sprintf("%.1f", ns)
-	}
-}
-
-// fmtRatio formats x relative to base with about two significant digits.
-func fmtRatio(x, base float64) string {
-	if math.IsNaN(x) || math.IsNaN(base) || base == 0 {
-		return "n/a"
-	}
-	q := x / base
-	switch {
-	case q >= 10:
-		return fmt.Sprintf("%.0f", q)
-	case q >= 0.1:
-		return fmt.Sprintf("%.2f", q)
-	default:
-		return fmt.Sprintf("%.2g", q)
-	}
-}
-
-// fmtAllocs formats allocations per call.
-func fmtAllocs(a float64) string {
-	if math.IsNaN(a) {
-		return "n/a"
-	}
-	return fmt.Sprintf("%.0f", a)
-}
-
-// fmtBytes formats a size in binary units.
-func fmtBytes(b float64) string {
-	switch {
-	case math.IsNaN(b):
-		return "n/a"
-	case b >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", b/(1<<20))
-	case b >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", b/(1<<10))
-	default:
-		return fmt.Sprintf("%.0f B", b)
-	}
-}
-
 // headlineTable returns the Markdown table of time, allocations and heap
 // per structure at GOMAXPROCS procs.
-func (r *report) headlineTable(procs int) string {
-	var b strings.Builder
-	b.WriteString("| structure | ns/op | vs. mutex map | parallel ns/op | vs. mutex map | allocs/op | heap, 1M keys | vs. mutex map |\n")
-	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+func (r *benchReport) headlineTable(procs int) string {
+	t := report.NewTable(report.Text("structure"), report.Num("ns/op"), report.Num("vs. mutex map"),
+		report.Num("parallel ns/op"), report.Num("vs. mutex map"), report.Num("allocs/op"),
+		report.Num("heap, 1M keys"), report.Num("vs. mutex map"))
 	bs, bp, bh := r.ns(baseline, serial, procs), r.ns(baseline, parallel, procs), r.heapOf(baseline)
 	for _, s := range r.structures {
 		ns, np, h := r.ns(s.Name, serial, procs), r.ns(s.Name, parallel, procs), r.heapOf(s.Name)
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			label(s), fmtNs(ns), fmtRatio(ns, bs), fmtNs(np), fmtRatio(np, bp),
-			fmtAllocs(r.allocs(s.Name, serial, procs)), fmtBytes(h), fmtRatio(h, bh))
+		t.Row(label(s), report.Ns(ns), report.Ratio(ns, bs), report.Ns(np), report.Ratio(np, bp),
+			whole(r.allocs(s.Name, serial, procs)), report.Bytes(h), report.Ratio(h, bh))
 	}
-	return b.String()
+	return t.String()
 }
 
 // fullTable returns the Markdown table of every measured cell, with the
 // spread of the runs.
-func (r *report) fullTable() string {
-	var b strings.Builder
-	b.WriteString("| structure | GOMAXPROCS | mode | ns/op (median) | min–max | runs | vs. mutex map | allocs/op |\n")
-	b.WriteString("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n")
+func (r *benchReport) fullTable() string {
+	t := report.NewTable(report.Text("structure"), report.Num("GOMAXPROCS"), report.Text("mode"),
+		report.Num("ns/op (median)"), report.Num("min–max"), report.Num("runs"), report.Num("vs. mutex map"),
+		report.Num("allocs/op"))
 	for _, s := range r.structures {
 		for _, p := range r.procs() {
 			for _, mode := range []string{serial, parallel} {
@@ -239,43 +188,40 @@ func (r *report) fullTable() string {
 					continue
 				}
 				m := r.ns(s.Name, mode, p)
-				fmt.Fprintf(&b, "| %s | %d | %s | %s | %s–%s | %d | %s | %s |\n",
-					label(s), p, mode, fmtNs(m), fmtNs(slices.Min(c.ns)), fmtNs(slices.Max(c.ns)),
-					len(c.ns), fmtRatio(m, r.ns(baseline, mode, p)), fmtAllocs(r.allocs(s.Name, mode, p)))
+				t.Row(label(s), strconv.Itoa(p), mode, report.Ns(m), spread(c.ns),
+					strconv.Itoa(len(c.ns)), report.Ratio(m, r.ns(baseline, mode, p)), whole(r.allocs(s.Name, mode, p)))
 			}
 		}
 	}
-	return b.String()
+	return t.String()
 }
 
 // httpTable returns the Markdown table of the middlewares at GOMAXPROCS
 // procs: time per request, overhead over the bare handler and its ratio to
 // httprate's, serially and from 8 goroutines, and allocations.
-func (r *report) httpTable(procs int) string {
-	var b strings.Builder
-	b.WriteString("| middleware | ns/op | overhead | vs. httprate | parallel ns/op | overhead | vs. httprate | allocs/op | B/op |\n")
-	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+func (r *benchReport) httpTable(procs int) string {
+	t := report.NewTable(report.Text("middleware"), report.Num("ns/op"), report.Num("overhead"), report.Num("vs. httprate"),
+		report.Num("parallel ns/op"), report.Num("overhead"), report.Num("vs. httprate"), report.Num("allocs/op"), report.Num("B/op"))
 	peerS, peerP := r.overhead(httpPeer, serial, procs), r.overhead(httpPeer, parallel, procs)
 	for _, m := range r.middlewares {
 		os, op := r.overhead(m.Name, serial, procs), r.overhead(m.Name, parallel, procs)
-		cols := []string{fmtNs(os), fmtRatio(os, peerS), fmtNs(op), fmtRatio(op, peerP)}
+		cols := []string{report.Ns(os), report.Ratio(os, peerS), report.Ns(op), report.Ratio(op, peerP)}
 		if m.Name == httpBaseline {
 			cols = []string{"–", "–", "–", "–"}
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			mwLabel(m), fmtNs(r.httpNs(m.Name, serial, procs)), cols[0], cols[1],
-			fmtNs(r.httpNs(m.Name, parallel, procs)), cols[2], cols[3],
-			fmtAllocs(r.httpAllocs(m.Name, serial, procs)), fmtAllocs(r.httpBytes(m.Name, serial, procs)))
+		t.Row(mwLabel(m), report.Ns(r.httpNs(m.Name, serial, procs)), cols[0], cols[1],
+			report.Ns(r.httpNs(m.Name, parallel, procs)), cols[2], cols[3],
+			whole(r.httpAllocs(m.Name, serial, procs)), whole(r.httpBytes(m.Name, serial, procs)))
 	}
-	return b.String()
+	return t.String()
 }
 
 // httpFullTable returns the Markdown table of every measured middleware
 // cell, with the spread of the runs.
-func (r *report) httpFullTable() string {
-	var b strings.Builder
-	b.WriteString("| middleware | GOMAXPROCS | mode | ns/op (median) | min–max | runs | overhead | vs. httprate | allocs/op | B/op |\n")
-	b.WriteString("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+func (r *benchReport) httpFullTable() string {
+	t := report.NewTable(report.Text("middleware"), report.Num("GOMAXPROCS"), report.Text("mode"),
+		report.Num("ns/op (median)"), report.Num("min–max"), report.Num("runs"), report.Num("overhead"),
+		report.Num("vs. httprate"), report.Num("allocs/op"), report.Num("B/op"))
 	for _, m := range r.middlewares {
 		for _, p := range procsOf(r.res.http) {
 			for _, mode := range []string{serial, parallel} {
@@ -284,22 +230,21 @@ func (r *report) httpFullTable() string {
 					continue
 				}
 				o := r.overhead(m.Name, mode, p)
-				ov, ratio := fmtNs(o), fmtRatio(o, r.overhead(httpPeer, mode, p))
+				ov, ratio := report.Ns(o), report.Ratio(o, r.overhead(httpPeer, mode, p))
 				if m.Name == httpBaseline {
 					ov, ratio = "–", "–"
 				}
-				fmt.Fprintf(&b, "| %s | %d | %s | %s | %s–%s | %d | %s | %s | %s | %s |\n",
-					mwLabel(m), p, mode, fmtNs(r.httpNs(m.Name, mode, p)), fmtNs(slices.Min(c.ns)), fmtNs(slices.Max(c.ns)),
-					len(c.ns), ov, ratio, fmtAllocs(r.httpAllocs(m.Name, mode, p)), fmtAllocs(r.httpBytes(m.Name, mode, p)))
+				t.Row(mwLabel(m), strconv.Itoa(p), mode, report.Ns(r.httpNs(m.Name, mode, p)), spread(c.ns),
+					strconv.Itoa(len(c.ns)), ov, ratio, whole(r.httpAllocs(m.Name, mode, p)), whole(r.httpBytes(m.Name, mode, p)))
 			}
 		}
 	}
-	return b.String()
+	return t.String()
 }
 
 // httpNotes returns observations on the HTTP results at GOMAXPROCS procs,
 // each with its figures, skipping any whose figures are missing.
-func (r *report) httpNotes(procs int) []string {
+func (r *benchReport) httpNotes(procs int) []string {
 	var out []string
 	ok := func(xs ...float64) bool {
 		for _, x := range xs {
@@ -316,20 +261,20 @@ func (r *report) httpNotes(procs int) []string {
 		out = append(out, fmt.Sprintf("With a rate per client address, httplimit adds %s ns per request from one goroutine "+
 			"and %s ns from 8, where httprate's `LimitByIP` adds %s and %s ns: %s and %s times its overhead, "+
 			"with %s allocations per request against %s.",
-			fmtNs(rs), fmtNs(rp), fmtNs(hs), fmtNs(hp), fmtRatio(rs, hs), fmtRatio(rp, hp), fmtAllocs(ra), fmtAllocs(ha)))
+			report.Ns(rs), report.Ns(rp), report.Ns(hs), report.Ns(hp), report.Ratio(rs, hs), report.Ratio(rp, hp), whole(ra), whole(ha)))
 	}
 	gs, gp := r.overhead("HttplimitGateRate", serial, procs), r.overhead("HttplimitGateRate", parallel, procs)
 	ga, gb, rb := r.httpAllocs("HttplimitGateRate", serial, procs), r.httpBytes("HttplimitGateRate", serial, procs), r.httpBytes("HttplimitRate", serial, procs)
 	if ok(rs, rp, gs, gp, ra, ga, gb, rb) {
 		out = append(out, fmt.Sprintf("The gate adds %s ns per request from one goroutine and %s ns from 8, and %s allocations "+
 			"(%s bytes): with a gate, the middleware hands the handler a copy of the request whose context holds the request's place.",
-			fmtNs(gs-rs), fmtNs(gp-rp), fmtAllocs(ga-ra), fmtAllocs(gb-rb)))
+			report.Ns(gs-rs), report.Ns(gp-rp), whole(ga-ra), whole(gb-rb)))
 	}
 	return out
 }
 
 // markdown returns BENCHMARKS.md.
-func (r *report) markdown() []byte {
+func (r *benchReport) markdown() []byte {
 	p := r.headlineProcs()
 	var b bytes.Buffer
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
@@ -347,7 +292,7 @@ func (r *report) markdown() []byte {
 		w("Other work on the machine moves the absolute times; the ratios, measured side by side, move less.")
 	}
 	w("\n\n")
-	w("**Workload:** %s distinct keys like `client-000123` in a fixed random order, each structure filled with all of them before timing; ", commas(bench.NumKeys))
+	w("**Workload:** %s distinct keys like `client-000123` in a fixed random order, each structure filled with all of them before timing; ", report.Group(int64(bench.NumKeys)))
 	w("\"ns/op\" is one goroutine calling, \"parallel\" exactly 8 goroutines (`b.RunParallel`). ")
 	w("Times are medians of %s (`-benchtime %s`%s, each in its own round of the whole suite), ",
 		plural(r.settings.Rounds, "run"), r.settings.Benchtime, benchtimeNote(r.settings.Benchtime))
@@ -404,7 +349,7 @@ func (r *report) markdown() []byte {
 }
 
 // httpSection writes the section on the middlewares with w.
-func (r *report) httpSection(w func(string, ...any)) {
+func (r *benchReport) httpSection(w func(string, ...any)) {
 	p := r.httpProcs()
 	w("## HTTP middleware at GOMAXPROCS=%d\n\n", p)
 	w("Each middleware wraps the same handler, which writes `ok` and allocates nothing. Requests come from %s client "+
@@ -412,7 +357,7 @@ func (r *report) httpSection(w func(string, ...any)) {
 		"they are built once and served in-process, with no network and no HTTP parsing, to a `ResponseWriter` "+
 		"that keeps only its header map, cleared and reused. Each middleware serves one request from every address "+
 		"before timing. Its limit, %s requests %s per address, is never reached: a run fails if any request is refused. ",
-		commas(bench.NumClients), commas(bench.HTTPEvents), per(bench.HTTPPeriod))
+		report.Group(int64(bench.NumClients)), report.Group(int64(bench.HTTPEvents)), per(bench.HTTPPeriod))
 	w("\"ns/op\" is one goroutine serving, \"parallel\" exactly 8 goroutines; times are medians of %s (`-benchtime %s`). ",
 		plural(r.settings.Rounds, "run"), r.settings.HTTPBenchtime)
 	w("The overhead is a middleware's time minus the bare handler's, in the same mode; \"vs. httprate\" is the ratio of " +
@@ -433,7 +378,7 @@ func (r *report) httpSection(w func(string, ...any)) {
 
 // notes returns observations on the results at GOMAXPROCS procs, each
 // with its figures, skipping any whose figures are missing.
-func (r *report) notes(procs int) []string {
+func (r *benchReport) notes(procs int) []string {
 	var out []string
 	ns := func(name string) float64 { return r.ns(name, serial, procs) }
 	ok := func(xs ...float64) bool {
@@ -451,7 +396,7 @@ func (r *report) notes(procs int) []string {
 		out = append(out, fmt.Sprintf("The sketches do not grow with the keys: `Estimator`, `Rate` and `Inflight` take %s, %s and %s ns "+
 			"per call and hold %s, %s and %s whatever the number of keys, because their counters stay in cache. "+
 			"They estimate (never under-count) where the maps count exactly.",
-			fmtNs(est), fmtNs(rate), fmtNs(in), fmtBytes(eh), fmtBytes(rh), fmtBytes(ih)))
+			report.Ns(est), report.Ns(rate), report.Ns(in), report.Bytes(eh), report.Bytes(rh), report.Bytes(ih)))
 	}
 
 	m, mc := ns(baseline), ns("MutexMapClock")
@@ -460,25 +405,25 @@ func (r *report) notes(procs int) []string {
 			"The plain maps' loops can overlap one call's miss with the next; a limiter reads the clock on each call, and "+
 			"on this machine the clock read stops that overlap: the mutex map takes %s ns per call, and %s ns when each call "+
 			"also reads `time.Now()`. Compare the exact limiters with the second figure; in a server, where other work runs "+
-			"between two calls, the first is out of reach too.", fmtNs(m), fmtNs(mc)))
+			"between two calls, the first is out of reach too.", report.Ns(m), report.Ns(mc)))
 	}
 
 	g, gr := ns("GCRA"), ns("GCRARefused")
 	if ok(g, gr) {
 		out = append(out, fmt.Sprintf("`limits.GCRA` takes %s ns per allowed call and %s ns per refused one, "+
-			"its exact `RetryAfter` included.", fmtNs(g), fmtNs(gr)))
+			"its exact `RetryAfter` included.", report.Ns(g), report.Ns(gr)))
 	}
 	gh, mh := r.heapOf("GCRA"), r.heapOf(baseline)
 	if ok(gh, mh) {
 		out = append(out, fmt.Sprintf("`limits.GCRA` keeps a 64-bit hash and a time per key, not the key, so its table "+
 			"for 1,000,000 keys holds %s, %s times the mutex map's, which keeps copies of the keys.",
-			fmtBytes(gh), fmtRatio(gh, mh)))
+			report.Bytes(gh), report.Ratio(gh, mh)))
 	}
 
 	var allocating []string
 	for _, s := range r.structures {
 		if a := r.allocs(s.Name, serial, procs); ok(a) && a > 0 {
-			allocating = append(allocating, fmt.Sprintf("%s (%s)", label(s), fmtAllocs(a)))
+			allocating = append(allocating, fmt.Sprintf("%s (%s)", label(s), whole(a)))
 		}
 	}
 	if len(allocating) > 0 {
@@ -496,7 +441,7 @@ func benchtimeNote(benchtime string) string {
 	if n == bench.NumKeys {
 		return ": one call per key"
 	}
-	return fmt.Sprintf(": %s calls", commas(n))
+	return fmt.Sprintf(": %s calls", report.Group(int64(n)))
 }
 
 // per returns "a second", "a minute" or "an hour" for those periods, and
@@ -521,199 +466,76 @@ func plural(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-// commas formats n with thousands separators.
-func commas(n int) string {
-	s := fmt.Sprint(n)
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
+// whole formats a figure per call that is a whole number, such as
+// allocations or bytes.
+func whole(v float64) string { return report.Float(v, 0) }
+
+// spread formats the range of the times of a cell's runs, lowest–highest.
+func spread(ns []float64) string {
+	return report.Ns(slices.Min(ns)) + "–" + report.Ns(slices.Max(ns))
 }
 
-// chartRow is one labelled group of bars.
-type chartRow struct {
-	label  string
-	bold   bool
-	group  int       // a line separates rows of different groups
-	values []float64 // one per series; NaN for none
-}
-
-// chart is a horizontal bar chart.
-type chart struct {
-	title    string
-	subtitle string
-	series   []string // legend, one name per bar of a row
-	colors   []string // one per series
-	rows     []chartRow
-	format   func(float64) string // a bar's value
-	unit     float64              // axis ticks fall on round multiples of it
-	tick     func(float64) string // an axis tick
-}
-
-// Chart geometry, in pixels.
-const (
-	chartWidth = 820
-	labelRight = 220 // labels end here
-	barLeft    = 228 // bars start here
-	barSpan    = 470 // width of the largest axis value
-	barHeight  = 12
-	barGap     = 2
-	rowGap     = 9
-	headHeight = 74
-	footHeight = 30
+// Bar colours: one goroutine, and 8.
+var (
+	serialKey   = report.Key{Name: "1 goroutine", Color: "#4e79a7"}
+	parallelKey = report.Key{Name: "8 goroutines", Color: "#f28e2b"}
 )
 
-// svg renders c as an SVG document.
-func (c *chart) svg() []byte {
-	maxV := 0.0
-	for _, r := range c.rows {
-		for _, v := range r.values {
-			if !math.IsNaN(v) {
-				maxV = max(maxV, v)
-			}
-		}
-	}
-	step, top := axis(maxV / c.unit)
-	step, top = step*c.unit, top*c.unit
-	rowH := len(c.series)*(barHeight+barGap) - barGap + rowGap
-	height := headHeight + len(c.rows)*rowH + footHeight
-	x := func(v float64) float64 { return barLeft + v/top*barSpan }
-
-	var b bytes.Buffer
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	esc := html.EscapeString
-	w(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
-		chartWidth, height, chartWidth, height)
-	w(`<rect width="100%%" height="100%%" fill="#ffffff"/>` + "\n")
-	w(`<text x="10" y="22" font-size="15" font-weight="bold">%s</text>`+"\n", esc(c.title))
-	w(`<text x="10" y="40" fill="#555555">%s</text>`+"\n", esc(c.subtitle))
-	lx := 10
-	for i, s := range c.series {
-		w(`<rect x="%d" y="50" width="12" height="12" fill="%s"/>`+"\n", lx, c.colors[i])
-		w(`<text x="%d" y="60">%s</text>`+"\n", lx+16, esc(s))
-		lx += 24 + 7*len(s)
-	}
-	plotTop, plotBottom := headHeight-6, height-footHeight+2
-	for v := 0.0; v <= top*(1+1e-9); v += step {
-		w(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#dddddd"/>`+"\n", x(v), plotTop, x(v), plotBottom)
-		w(`<text x="%.1f" y="%d" text-anchor="middle" fill="#555555">%s</text>`+"\n", x(v), plotBottom+14, esc(c.tick(v)))
-	}
-	y := headHeight
-	for i, r := range c.rows {
-		if i > 0 && r.group != c.rows[i-1].group {
-			w(`<line x1="10" y1="%d" x2="%d" y2="%d" stroke="#bbbbbb" stroke-dasharray="3,3"/>`+"\n",
-				y-rowGap/2-1, chartWidth-10, y-rowGap/2-1)
-		}
-		weight := ""
-		if r.bold {
-			weight = ` font-weight="bold"`
-		}
-		mid := y + (rowH-rowGap)/2 + 4
-		w(`<text x="%d" y="%d" text-anchor="end"%s>%s</text>`+"\n", labelRight, mid, weight, esc(r.label))
-		for i, v := range r.values {
-			by := y + i*(barHeight+barGap)
-			if math.IsNaN(v) {
-				w(`<text x="%d" y="%d" fill="#555555">n/a</text>`+"\n", barLeft+4, by+barHeight-2)
-				continue
-			}
-			bw := max(x(v)-barLeft, 1)
-			w(`<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`+"\n", barLeft, by, bw, barHeight, c.colors[i])
-			w(`<text x="%.1f" y="%d" font-size="11">%s</text>`+"\n", barLeft+bw+4, by+barHeight-2, esc(c.format(v)))
-		}
-		y += rowH
-	}
-	w("</svg>\n")
-	return b.Bytes()
+// barRow returns the chart row of a structure or middleware: labelled l,
+// in bold for those of package limits, and grouped by kind.
+func barRow(l string, kind bench.Kind, values ...float64) report.BarRow {
+	return report.BarRow{Label: l, Bold: kind == bench.Ours, Group: int(kind), Values: values}
 }
 
-// axis returns a round tick step and the axis end for values up to maxV.
-func axis(maxV float64) (step, top float64) {
-	if maxV <= 0 || math.IsNaN(maxV) {
-		return 1, 1
+// nsChart returns a chart of times per call, from one goroutine and from
+// 8, one row each.
+func nsChart(title, subtitle string, rows []report.BarRow) []byte {
+	c := report.BarChart{
+		Chart:  report.Chart{Title: title, Subtitle: subtitle, Legend: []report.Key{serialKey, parallelKey}},
+		Rows:   rows,
+		Value:  report.Axis{Tick: func(v float64) string { return report.Float(v, 0) + " ns" }},
+		Format: report.Ns,
 	}
-	raw := maxV / 5
-	mag := math.Pow(10, math.Floor(math.Log10(raw)))
-	step = 10 * mag
-	for _, m := range []float64{1, 2, 2.5, 5} {
-		if m*mag >= raw {
-			step = m * mag
-			break
-		}
-	}
-	return step, math.Ceil(maxV/step) * step
+	return c.SVG()
 }
 
-// Bar colours.
-const (
-	colorSerial   = "#4e79a7"
-	colorParallel = "#f28e2b"
-)
-
-// nsChart returns the chart of time per call at GOMAXPROCS procs.
-func (r *report) nsChart(procs int) []byte {
-	c := chart{
-		title:    fmt.Sprintf("Time per call, %s keys, GOMAXPROCS=%d (shorter is faster)", commas(bench.NumKeys), procs),
-		subtitle: fmt.Sprintf("median ns/op; %s; %s", r.machine.CPU, r.machine.Date),
-		series:   []string{"1 goroutine", "8 goroutines"},
-		colors:   []string{colorSerial, colorParallel},
-		format:   fmtNs,
-		unit:     1,
-		tick:     func(v float64) string { return fmt.Sprintf("%.0f ns", v) },
-	}
+// keysChart returns the chart of time per call at GOMAXPROCS procs.
+func (r *benchReport) keysChart(procs int) []byte {
+	var rows []report.BarRow
 	for _, s := range r.structures {
-		c.rows = append(c.rows, chartRow{
-			label:  s.Label,
-			bold:   s.Kind == bench.Ours,
-			group:  int(s.Kind),
-			values: []float64{r.ns(s.Name, serial, procs), r.ns(s.Name, parallel, procs)},
-		})
+		rows = append(rows, barRow(s.Label, s.Kind, r.ns(s.Name, serial, procs), r.ns(s.Name, parallel, procs)))
 	}
-	return c.svg()
+	return nsChart(fmt.Sprintf("Time per call, %s keys, GOMAXPROCS=%d (shorter is faster)", report.Group(int64(bench.NumKeys)), procs),
+		fmt.Sprintf("median ns/op; %s; %s", r.machine.CPU, r.machine.Date), rows)
 }
 
 // httpChart returns the chart of the middlewares' overhead per request at
 // GOMAXPROCS procs.
-func (r *report) httpChart(procs int) []byte {
-	c := chart{
-		title:    fmt.Sprintf("Overhead per request over the bare handler, GOMAXPROCS=%d (shorter is cheaper)", procs),
-		subtitle: fmt.Sprintf("median ns/op minus the bare handler's; %s clients; %s; %s", commas(bench.NumClients), r.machine.CPU, r.machine.Date),
-		series:   []string{"1 goroutine", "8 goroutines"},
-		colors:   []string{colorSerial, colorParallel},
-		format:   fmtNs,
-		unit:     1,
-		tick:     func(v float64) string { return fmt.Sprintf("%.0f ns", v) },
-	}
+func (r *benchReport) httpChart(procs int) []byte {
+	var rows []report.BarRow
 	for _, m := range r.middlewares {
-		if m.Name == httpBaseline {
-			continue
+		if m.Name != httpBaseline {
+			rows = append(rows, barRow(m.Label, m.Kind, r.overhead(m.Name, serial, procs), r.overhead(m.Name, parallel, procs)))
 		}
-		c.rows = append(c.rows, chartRow{
-			label:  m.Label,
-			bold:   m.Kind == bench.Ours,
-			group:  int(m.Kind),
-			values: []float64{r.overhead(m.Name, serial, procs), r.overhead(m.Name, parallel, procs)},
-		})
 	}
-	return c.svg()
+	return nsChart(fmt.Sprintf("Overhead per request over the bare handler, GOMAXPROCS=%d (shorter is cheaper)", procs),
+		fmt.Sprintf("median ns/op minus the bare handler's; %s clients; %s; %s", report.Group(int64(bench.NumClients)), r.machine.CPU, r.machine.Date),
+		rows)
 }
 
 // heapChart returns the chart of heap held for NumKeys keys.
-func (r *report) heapChart() []byte {
-	c := chart{
-		title:    fmt.Sprintf("Heap held for %s keys (shorter is smaller)", commas(bench.NumKeys)),
-		subtitle: fmt.Sprintf("live heap after GC, each structure in its own process; %s", r.machine.Date),
-		series:   []string{"heap"},
-		colors:   []string{colorSerial},
-		format:   fmtBytes,
-		unit:     1 << 20,
-		tick:     func(v float64) string { return fmt.Sprintf("%.0f MiB", v/(1<<20)) },
+func (r *benchReport) heapChart() []byte {
+	c := report.BarChart{
+		Chart: report.Chart{
+			Title:    fmt.Sprintf("Heap held for %s keys (shorter is smaller)", report.Group(int64(bench.NumKeys))),
+			Subtitle: fmt.Sprintf("live heap after GC, each structure in its own process; %s", r.machine.Date),
+			Legend:   []report.Key{{Name: "heap", Color: serialKey.Color}},
+		},
+		Value:  report.Axis{Unit: 1 << 20, Tick: func(v float64) string { return report.Float(v/(1<<20), 0) + " MiB" }},
+		Format: report.Bytes,
 	}
 	for _, s := range r.structures {
-		c.rows = append(c.rows, chartRow{label: s.Label, bold: s.Kind == bench.Ours, group: int(s.Kind), values: []float64{r.heapOf(s.Name)}})
+		c.Rows = append(c.Rows, barRow(s.Label, s.Kind, r.heapOf(s.Name)))
 	}
-	return c.svg()
+	return c.SVG()
 }

@@ -82,7 +82,7 @@ const sampleMemory = `{"structure":"MutexMap","keys":1000000,"heap_bytes":734003
 {"structure":"Estimator","keys":1000000,"heap_bytes":33792}
 `
 
-func sampleReport(t *testing.T) *report {
+func sampleReport(t *testing.T) *benchReport {
 	t.Helper()
 	r, err := newReport([]byte(sampleBench), []byte(sampleMemory))
 	if err != nil {
@@ -187,8 +187,8 @@ func TestMarkdown(t *testing.T) {
 		"medians of 2 runs (`-benchtime 300ms",
 		// Medians: mutex map 120 serial and 250 parallel; the Estimator
 		// 23 and 12; heap 70 MiB and 33 KiB.
-		"| `sync.Mutex + map` | 120 | 1.00 | 250 | 1.00 | 0 | 70.0 MiB | 1.00 |",
-		"| **`limits.Estimator`** | 23.0 | 0.19 | 12.0 | 0.048 | 0 | 33.0 KiB | 0.00046 |",
+		"| `sync.Mutex + map` | 120 | 1.00 | 250 | 1.00 | 0 | 70 MiB | 1.00 |",
+		"| **`limits.Estimator`** | 23.0 | 0.19 | 12.0 | 0.048 | 0 | 33 KiB | 0.00046 |",
 		"| `ulule/limiter memory` | 600 | 5.00 | n/a | n/a | 2 | n/a | n/a |",
 		"| `sync.Mutex + map` | 1 | serial | 102 | 100–104 | 2 | 1.00 | 0 |",
 		"Allocations per call: `ulule/limiter memory` (2)",
@@ -254,7 +254,7 @@ func wellFormed(doc []byte) error {
 
 func TestCharts(t *testing.T) {
 	r := sampleReport(t)
-	for name, doc := range map[string][]byte{"ns": r.nsChart(2), "heap": r.heapChart()} {
+	for name, doc := range map[string][]byte{"ns": r.keysChart(2), "heap": r.heapChart()} {
 		if err := wellFormed(doc); err != nil {
 			t.Errorf("%s chart: %v\n%s", name, err, doc)
 		}
@@ -268,13 +268,13 @@ func TestCharts(t *testing.T) {
 			}
 		}
 	}
-	ns := string(r.nsChart(2))
+	ns := string(r.keysChart(2))
 	for _, want := range []string{">120<", ">250<", ">23.0<", ">12.0<", ">n/a<"} {
 		if !strings.Contains(ns, want) {
 			t.Errorf("ns chart lacks %q", want)
 		}
 	}
-	if heap := string(r.heapChart()); !strings.Contains(heap, ">70.0 MiB<") || !strings.Contains(heap, ">33.0 KiB<") {
+	if heap := string(r.heapChart()); !strings.Contains(heap, ">70 MiB<") || !strings.Contains(heap, ">33 KiB<") {
 		t.Errorf("heap chart lacks its values:\n%s", heap)
 	}
 	h := r.httpChart(2)
@@ -291,37 +291,11 @@ func TestCharts(t *testing.T) {
 	}
 }
 
-func TestAxis(t *testing.T) {
-	tests := []struct{ max, step, top float64 }{
-		{0, 1, 1},
-		{889, 200, 1000},
-		{100, 20, 100},
-		{101, 25, 125},
-		{184.5, 50, 200},
-		{0.3, 0.1, 0.3},
-	}
-	for _, tt := range tests {
-		step, top := axis(tt.max)
-		if math.Abs(step-tt.step) > 1e-9 || math.Abs(top-tt.top) > 1e-9 {
-			t.Errorf("axis(%v) = %v, %v; want %v, %v", tt.max, step, top, tt.step, tt.top)
-		}
-	}
-}
-
 func TestFormats(t *testing.T) {
 	tests := []struct{ got, want string }{
-		{fmtNs(123.4), "123"},
-		{fmtNs(23.45), "23.4"},
-		{fmtNs(math.NaN()), "n/a"},
-		{fmtRatio(50, 100), "0.50"},
-		{fmtRatio(1, 3000), "0.00033"},
-		{fmtRatio(1500, 100), "15"},
-		{fmtRatio(1, 0), "n/a"},
-		{fmtBytes(512), "512 B"},
-		{fmtBytes(32 << 10), "32.0 KiB"},
-		{fmtBytes(70 << 20), "70.0 MiB"},
-		{commas(1000000), "1,000,000"},
-		{commas(999), "999"},
+		{whole(2), "2"},
+		{whole(math.NaN()), "n/a"},
+		{spread([]float64{130, 23.45, 110}), "23.4–130"},
 		{plural(1, "run"), "1 run"},
 		{plural(5, "run"), "5 runs"},
 		{benchtimeNote("1000000x"), ": one call per key"},
