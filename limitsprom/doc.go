@@ -1,14 +1,21 @@
-// Package limitsprom exports the counters of package limits and its front
-// ends as Prometheus metrics, so that a limit that fires is seen, and so is
-// one that never does.
+// Package limitsprom exports the counters of package limits and its
+// net/http front end as Prometheus metrics, so that a limit that fires is
+// seen, and so is one that never does.
 //
 // One call registers a component under a name of the caller's choosing:
 //
 //	reg := prometheus.NewRegistry()
-//	limitsprom.Register(reg, "api", middleware)   // *httplimit.Middleware, with its gate
-//	limitsprom.Register(reg, "login", loginGCRA)  // *limits.GCRA
-//	limitsprom.Register(reg, "fleet", redisGCRA)  // *redislimit.GCRA
+//	limitsprom.Register(reg, "api", middleware)  // *httplimit.Middleware, with its gate
+//	limitsprom.Register(reg, "login", loginGCRA) // *limits.GCRA
+//	limitsprom.Register(reg, "jobs", jobsGate)   // *limits.Gate
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+//
+// This package handles the components of the core module only, and links
+// neither a Redis client nor gRPC. The components of other modules have a
+// package each, in this module, with the same conventions:
+//
+//	redislimitprom.Register(reg, "fleet", redisGCRA) // *redislimit.GCRA
+//	grpclimitprom.Register(reg, "rpc", interceptor)  // *grpclimit.Interceptor, with its gate
 //
 // The collectors read each component's snapshot when scraped, and keep no
 // state between scrapes: the request path pays nothing for them. Every
@@ -21,8 +28,9 @@
 //
 // # Metrics
 //
-// A limits.Gate, and the gate of an httplimit.Middleware configured with
-// MaxInFlight, under the middleware's name:
+// A limits.Gate, and the gate of an httplimit.Middleware (or a
+// grpclimit.Interceptor) configured with MaxInFlight, under the front
+// end's name:
 //
 //	limits_gate_capacity            gauge    most requests admitted at once
 //	limits_gate_in_flight           gauge    requests inside now
@@ -41,8 +49,10 @@
 // An httplimit.Middleware, and those its With made, which share its
 // counters:
 //
-//	limits_http_requests_total{layer, outcome}
-//	limits_http_policy_requests_total{policy, outcome}
+//	limits_http_requests_total{layer, outcome}          counter
+//	limits_http_policy_requests_total{policy, outcome}  counter
+//	limits_http_policy_keys{policy}                     gauge    keys the policy's local GCRA holds
+//	limits_http_policy_max_keys{policy}                 gauge    most keys it may hold
 //
 // The outcome of a request is allowed (layer "all": every layer let it
 // through), exempt (layer "exempt"), or the reason of its refusal, with the
@@ -54,14 +64,14 @@
 // deadline, and limiter_error counts every limiter failure, requests let
 // through by the FailOpen policy included. Per policy (as named in the
 // RateLimit header fields), the outcome is allowed or the reason of a
-// refusal by that policy.
+// refusal by that policy. The keys of a policy are those of the GCRA that
+// decides it in the process (the one asked before a remote Limiter, if
+// any): both gauges are 0 for a policy decided by a remote Limiter alone.
 //
-// A redislimit.GCRA:
-//
-//	limits_redis_calls_total{op, result}      counter    script calls: op decide or refund, result ok or failed
-//	limits_redis_failures_total{kind}         counter    failed calls: timeout, connection, canceled, server, other
-//	limits_redis_fallbacks_total              counter    decisions made by the fallback GCRA
-//	limits_redis_call_duration_seconds        histogram  time calls took, buckets from 25µs doubling to 409.6ms
+// Package grpclimitprom exports the same series for a gRPC Interceptor,
+// as limits_grpc_requests_total and so on; package redislimitprom exports
+// a Redis GCRA's calls, failures, fallbacks and call latency, as
+// limits_redis_*.
 //
 // # Queries
 //
@@ -69,13 +79,17 @@
 //
 //	sum by (outcome) (rate(limits_http_requests_total{outcome!~"allowed|exempt"}[5m]))
 //
-// Gate saturation, the share of the capacity in use, and the requests shed:
+// Gate saturation, the share of the capacity in use, and the requests
+// shed:
 //
 //	limits_gate_in_flight / limits_gate_capacity
 //	rate(limits_gate_shed_total[5m]) + rate(limits_gate_timed_out_total[5m])
 //
-// Table fullness, and refusals for a full table:
+// Table fullness, of a GCRA and of each policy's table, and refusals for a
+// full table:
 //
 //	limits_gcra_keys / limits_gcra_max_keys
+//	limits_http_policy_keys / (limits_http_policy_max_keys > 0)
 //	rate(limits_gcra_table_full_total[5m])
+//	rate(limits_http_policy_requests_total{outcome="table_full"}[5m])
 package limitsprom

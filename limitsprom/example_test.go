@@ -54,9 +54,12 @@ func ExampleRegister() {
 
 // A middleware allowing 2 requests a minute per client, of which one
 // client sends 3: every outcome is exported, those that never happened at
-// 0.
+// 0, and so is the fullness of the policy's table of clients.
 func ExampleRegister_middleware() {
-	m, err := httplimit.New(httplimit.Config{Rate: limits.Limit{Events: 2, Period: time.Minute}})
+	m, err := httplimit.New(httplimit.Config{
+		Rate:    limits.Limit{Events: 2, Period: time.Minute},
+		MaxKeys: 10_000,
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -69,8 +72,12 @@ func ExampleRegister_middleware() {
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
 	}
 
-	show(reg, "limits_http_requests_total")
+	show(reg, "limits_http_requests_total", "limits_http_policy_keys", "limits_http_policy_max_keys")
 	// Output:
+	// # TYPE limits_http_policy_keys gauge
+	// limits_http_policy_keys{name="api",policy="default"} 1
+	// # TYPE limits_http_policy_max_keys gauge
+	// limits_http_policy_max_keys{name="api",policy="default"} 10000
 	// # TYPE limits_http_requests_total counter
 	// limits_http_requests_total{layer="all",name="api",outcome="allowed"} 2
 	// limits_http_requests_total{layer="capacity",name="api",outcome="request_timeout"} 0

@@ -3,7 +3,6 @@ package limitsprom_test
 import (
 	"context"
 	"io"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -15,26 +14,14 @@ import (
 	"github.com/limitsgo/limits"
 	"github.com/limitsgo/limits/httplimit"
 	"github.com/limitsgo/limits/limitsprom"
-	"github.com/limitsgo/limits/redislimit"
-	"github.com/limitsgo/limits/redislimit/redistest"
+	"github.com/limitsgo/limits/limitsprom/internal/promtest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
 
-// quiet drops go-redis's log lines, which the failures the tests cause
-// would fill with failed dials.
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}
-
 func TestMain(m *testing.M) {
-	redis.SetLogger(quiet{})
 	goleak.VerifyTestMain(m)
 }
 
@@ -49,21 +36,23 @@ type site struct {
 }
 
 // newSite serves a Middleware that admits one request at a time, allows
-// each client address 2 requests an hour ("default"), and 1 an hour on
-// /login ("login"), and exempts /healthz. Clients are told apart by
-// X-Forwarded-For, trusted from loopback.
+// each client address 2 requests an hour ("default", a table of 1,000
+// clients), and 1 an hour on /login ("login", of 100), and exempts
+// /healthz. Clients are told apart by X-Forwarded-For, trusted from
+// loopback.
 func newSite(t *testing.T) *site {
 	t.Helper()
 	m, err := httplimit.New(httplimit.Config{
 		Exempt:         httplimit.ExemptPaths("/healthz"),
 		MaxInFlight:    1,
 		Rate:           limits.Limit{Events: 2, Period: time.Hour},
+		MaxKeys:        1000,
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	login, err := m.With(httplimit.Policy{Name: "login", Rate: limits.Limit{Events: 1, Period: time.Hour}})
+	login, err := m.With(httplimit.Policy{Name: "login", Rate: limits.Limit{Events: 1, Period: time.Hour}, MaxKeys: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,6 +153,14 @@ limits_http_policy_requests_total{name="api",outcome="rate_limited",policy="defa
 limits_http_policy_requests_total{name="api",outcome="rate_limited",policy="login"} 1
 limits_http_policy_requests_total{name="api",outcome="table_full",policy="default"} 0
 limits_http_policy_requests_total{name="api",outcome="table_full",policy="login"} 0
+# HELP limits_http_policy_keys Keys the local GCRA of the rate policy holds, including expired keys whose place has not been reused yet; 0 for a policy decided by another limiter alone.
+# TYPE limits_http_policy_keys gauge
+limits_http_policy_keys{name="api",policy="default"} 3
+limits_http_policy_keys{name="api",policy="login"} 1
+# HELP limits_http_policy_max_keys Most keys the local GCRA of the rate policy holds; 0 for a policy decided by another limiter alone.
+# TYPE limits_http_policy_max_keys gauge
+limits_http_policy_max_keys{name="api",policy="default"} 1000
+limits_http_policy_max_keys{name="api",policy="login"} 100
 `
 
 // The expected exposition of the middleware's gate, and of a gate of 2
@@ -250,7 +247,8 @@ func TestScrape(t *testing.T) {
 	gateAndGCRA(t, s.reg)
 	s.traffic(t)
 	url := s.srv.URL + "/metrics"
-	if err := testutil.ScrapeAndCompare(url, strings.NewReader(wantHTTP), "limits_http_requests_total", "limits_http_policy_requests_total"); err != nil {
+	if err := testutil.ScrapeAndCompare(url, strings.NewReader(wantHTTP), "limits_http_requests_total", "limits_http_policy_requests_total",
+		"limits_http_policy_keys", "limits_http_policy_max_keys"); err != nil {
 		t.Error(err)
 	}
 	gates := []string{"limits_gate_admitted_total", "limits_gate_capacity", "limits_gate_in_flight", "limits_gate_peak_in_flight",
@@ -261,187 +259,8 @@ func TestScrape(t *testing.T) {
 	if err := testutil.ScrapeAndCompare(url, strings.NewReader(wantGCRA), "limits_gcra_keys", "limits_gcra_max_keys", "limits_gcra_table_full_total"); err != nil {
 		t.Error(err)
 	}
-	checkConventions(t, scrape(t, url))
-	lint(t, s.reg)
-}
-
-// scrape returns the metric families served at url, in the text format.
-func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Accept", "text/plain; version=0.0.4")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s", url, resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fams
-}
-
-// wantTypes holds the type of every metric the package exports.
-var wantTypes = map[string]dto.MetricType{
-	"limits_gate_capacity":               dto.MetricType_GAUGE,
-	"limits_gate_in_flight":              dto.MetricType_GAUGE,
-	"limits_gate_peak_in_flight":         dto.MetricType_GAUGE,
-	"limits_gate_waiting":                dto.MetricType_GAUGE,
-	"limits_gate_admitted_total":         dto.MetricType_COUNTER,
-	"limits_gate_shed_total":             dto.MetricType_COUNTER,
-	"limits_gate_timed_out_total":        dto.MetricType_COUNTER,
-	"limits_gcra_keys":                   dto.MetricType_GAUGE,
-	"limits_gcra_max_keys":               dto.MetricType_GAUGE,
-	"limits_gcra_table_full_total":       dto.MetricType_COUNTER,
-	"limits_http_requests_total":         dto.MetricType_COUNTER,
-	"limits_http_policy_requests_total":  dto.MetricType_COUNTER,
-	"limits_redis_calls_total":           dto.MetricType_COUNTER,
-	"limits_redis_failures_total":        dto.MetricType_COUNTER,
-	"limits_redis_fallbacks_total":       dto.MetricType_COUNTER,
-	"limits_redis_call_duration_seconds": dto.MetricType_HISTOGRAM,
-}
-
-// boundedLabels are the labels metrics may carry, each with a value set
-// fixed by the code or the configuration.
-var boundedLabels = map[string]bool{"name": true, "layer": true, "outcome": true, "policy": true, "op": true, "result": true, "kind": true}
-
-// checkConventions checks that every family scraped is one of the
-// package's, of its type, with help text, counters named _total, and
-// only bounded labels, name among them.
-func checkConventions(t *testing.T, fams map[string]*dto.MetricFamily) {
-	t.Helper()
-	for name, f := range fams {
-		want, ok := wantTypes[name]
-		switch {
-		case !ok:
-			t.Errorf("%s: not a metric of the package", name)
-			continue
-		case f.GetType() != want:
-			t.Errorf("%s: type %v, want %v", name, f.GetType(), want)
-		case f.GetHelp() == "":
-			t.Errorf("%s: no help", name)
-		case (want == dto.MetricType_COUNTER) != strings.HasSuffix(name, "_total"):
-			t.Errorf("%s: counters, and only they, end in _total", name)
-		}
-		for _, m := range f.GetMetric() {
-			named := false
-			for _, l := range m.GetLabel() {
-				if !boundedLabels[l.GetName()] {
-					t.Errorf("%s: label %s", name, l.GetName())
-				}
-				named = named || l.GetName() == "name" && l.GetValue() != ""
-			}
-			if !named {
-				t.Errorf("%s: a series without a name: %v", name, m)
-			}
-		}
-	}
-}
-
-// lint checks the exposition of reg with promlint.
-func lint(t *testing.T, reg prometheus.Gatherer) {
-	t.Helper()
-	problems, err := testutil.GatherAndLint(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("lint: %s: %s", p.Metric, p.Text)
-	}
-}
-
-// TestRedis sends known calls through a Redis GCRA, then makes one fail
-// with the server gone, and scrapes its metrics over loopback.
-func TestRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
-	t.Cleanup(func() { c.Close() })
-	local := limits.NewGCRA(2, time.Hour)
-	g, err := redislimit.New(c, 2, time.Hour, redislimit.WithPrefix("limitsprom:test:"), redislimit.WithFallback(local))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	if err := limitsprom.Register(reg, "fleet", g); err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
-	defer ts.Close()
-
-	ctx := context.Background()
-	defer g.Reset(ctx, "k")
-	var allowed []limits.Decision
-	for range 3 {
-		d, err := g.Allow(ctx, "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Allowed {
-			allowed = append(allowed, d)
-		}
-	}
-	if len(allowed) != 2 {
-		t.Fatalf("%d of 3 allowed, want 2", len(allowed))
-	}
-	if err := g.Refund(ctx, "k", allowed[1]); err != nil {
-		t.Fatal(err)
-	}
-	srv.Kill()
-	if d, err := g.Allow(ctx, "k"); err != nil || !d.Allowed {
-		t.Fatalf("with Redis gone, the fallback's decision: %+v, %v", d, err)
-	}
-
-	want := `
-# HELP limits_redis_calls_total Calls of the Redis GCRA's scripts, by operation (decide or refund) and result (ok, or failed: no answer in time, or an error).
-# TYPE limits_redis_calls_total counter
-limits_redis_calls_total{name="fleet",op="decide",result="failed"} 1
-limits_redis_calls_total{name="fleet",op="decide",result="ok"} 3
-limits_redis_calls_total{name="fleet",op="refund",result="failed"} 0
-limits_redis_calls_total{name="fleet",op="refund",result="ok"} 1
-# HELP limits_redis_failures_total Failed calls to Redis by kind: timeout, connection, canceled (by the caller), server (an error reply) or other.
-# TYPE limits_redis_failures_total counter
-limits_redis_failures_total{kind="canceled",name="fleet"} 0
-limits_redis_failures_total{kind="connection",name="fleet"} 1
-limits_redis_failures_total{kind="other",name="fleet"} 0
-limits_redis_failures_total{kind="server",name="fleet"} 0
-limits_redis_failures_total{kind="timeout",name="fleet"} 0
-# HELP limits_redis_fallbacks_total Decisions made by the local fallback GCRA because Redis gave none.
-# TYPE limits_redis_fallbacks_total counter
-limits_redis_fallbacks_total{name="fleet"} 1
-`
-	url := ts.URL
-	if err := testutil.ScrapeAndCompare(url, strings.NewReader(want), "limits_redis_calls_total", "limits_redis_failures_total", "limits_redis_fallbacks_total"); err != nil {
-		t.Error(err)
-	}
-	fams := scrape(t, url)
-	checkConventions(t, fams)
-	h := fams["limits_redis_call_duration_seconds"].GetMetric()[0].GetHistogram()
-	if h.GetSampleCount() != 5 || h.GetSampleSum() <= 0 || h.GetSampleSum() > 10 {
-		t.Errorf("histogram: %d calls in %vs, want 5 calls in (0, 10s]", h.GetSampleCount(), h.GetSampleSum())
-	}
-	bs := h.GetBucket()
-	if len(bs) != redislimit.LatencyBuckets+1 || !math.IsInf(bs[len(bs)-1].GetUpperBound(), 1) || bs[len(bs)-1].GetCumulativeCount() != 5 {
-		t.Fatalf("buckets %v, want %d and +Inf holding every call", bs, redislimit.LatencyBuckets)
-	}
-	var prev uint64
-	for i, b := range bs[:redislimit.LatencyBuckets] {
-		if want := 25e-6 * float64(uint64(1)<<i); math.Abs(b.GetUpperBound()-want) > want*1e-9 {
-			t.Errorf("bucket %d: bound %v, want %v", i, b.GetUpperBound(), want)
-		}
-		if b.GetCumulativeCount() < prev {
-			t.Errorf("bucket %d: %d calls, fewer than the bucket before", i, b.GetCumulativeCount())
-		}
-		prev = b.GetCumulativeCount()
-	}
-	lint(t, reg)
+	promtest.CheckConventions(t, promtest.Scrape(t, url))
+	promtest.Lint(t, s.reg)
 }
 
 // TestNoGateNoPolicy checks a Middleware without a gate or a rate: no
@@ -460,7 +279,7 @@ func TestNoGateNoPolicy(t *testing.T) {
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
-	lint(t, reg)
+	promtest.Lint(t, reg)
 }
 
 // TestRegisterErrors checks what Register refuses, and that components of

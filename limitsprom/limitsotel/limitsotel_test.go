@@ -3,6 +3,7 @@ package limitsotel_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -11,9 +12,14 @@ import (
 	"time"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/grpclimit"
 	"github.com/limitsgo/limits/httplimit"
 	"github.com/limitsgo/limits/limitsprom"
+	"github.com/limitsgo/limits/limitsprom/grpclimitprom"
 	"github.com/limitsgo/limits/limitsprom/limitsotel"
+	"github.com/limitsgo/limits/limitsprom/limitsotel/grpclimitotel"
+	"github.com/limitsgo/limits/limitsprom/limitsotel/redislimitotel"
+	"github.com/limitsgo/limits/limitsprom/redislimitprom"
 	"github.com/limitsgo/limits/redislimit"
 	"github.com/limitsgo/limits/redislimit/redistest"
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +31,11 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // quiet drops go-redis's log lines.
@@ -121,11 +132,11 @@ func dataPoints(m metricdata.Metrics) int {
 	return -1
 }
 
-// TestSameNumbers registers the same components with a Prometheus
-// registry and an OpenTelemetry meter, sends traffic, and checks that
-// every Prometheus series but the latency histogram is an OpenTelemetry
-// data point of the same value, attributes and kind, and that there are
-// no others.
+// TestSameNumbers registers one component of every kind, those of the
+// core and of the subpackages, with a Prometheus registry and an
+// OpenTelemetry meter, sends traffic, and checks that every Prometheus
+// series but the latency histogram is an OpenTelemetry data point of the
+// same value, attributes and kind, and that there are no others.
 func TestSameNumbers(t *testing.T) {
 	meter, reader := newMeter()
 	promReg := prometheus.NewPedanticRegistry()
@@ -140,7 +151,11 @@ func TestSameNumbers(t *testing.T) {
 		case *httplimit.Middleware:
 			err1, err2 = limitsprom.Register(promReg, name, c), errOf(limitsotel.Register(meter, name, c))
 		case *redislimit.GCRA:
-			err1, err2 = limitsprom.Register(promReg, name, c), errOf(limitsotel.Register(meter, name, c))
+			err1, err2 = redislimitprom.Register(promReg, name, c), errOf(redislimitotel.Register(meter, name, c))
+		case *grpclimit.Interceptor:
+			err1, err2 = grpclimitprom.Register(promReg, name, c), errOf(grpclimitotel.Register(meter, name, c))
+		default:
+			t.Fatalf("%T: not a component", c)
 		}
 		if err1 != nil || err2 != nil {
 			t.Fatal(err1, err2)
@@ -176,6 +191,17 @@ func TestSameNumbers(t *testing.T) {
 	p, _ := gate.TryEnter()
 	defer p.Release()
 	gate.TryEnter()
+
+	it, err := grpclimit.New(grpclimit.Config{
+		MaxInFlight: 4,
+		Rate:        limits.Limit{Events: 2, Period: time.Hour},
+		CallerKey:   grpclimit.MetadataKey("authorization"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	register("rpc", it)
+	callThrough(t, it, 5)
 
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
@@ -245,10 +271,11 @@ func TestSameNumbers(t *testing.T) {
 			t.Errorf("%s: data of type %T", m.Name, m.Data)
 		}
 	}
-	// The middleware's 11 outcomes, 6 for each of its 3 policies and 7 of
-	// its gate; 3 of the GCRA; 7 of the gate; 4 calls, 5 kinds of failure
-	// and the fallbacks of the Redis GCRA.
-	if want := 11 + 3*6 + 7 + 3 + 7 + 4 + 5 + 1; len(fromProm) != want {
+	// The middleware's 11 outcomes, 6 outcomes and 2 table sizes for each
+	// of its 3 policies and 7 of its gate; the same of the Interceptor; 3
+	// of the GCRA; 7 of the gate; 4 calls, 5 kinds of failure and the
+	// fallbacks of the Redis GCRA.
+	if want := 2*(11+3*(6+2)+7) + 3 + 7 + 4 + 5 + 1; len(fromProm) != want {
 		t.Fatalf("%d Prometheus series, want %d", len(fromProm), want)
 	}
 	for k, p := range fromProm {
@@ -266,6 +293,11 @@ func TestSameNumbers(t *testing.T) {
 		`limits.gcra.table_full{name=tokens}`,
 		`limits.gate.shed{name=jobs}`,
 		`limits.redis.failures{kind=connection,name=fleet}`,
+		`limits.http.policy_keys{name=api,policy=default}`,
+		`limits.grpc.requests{layer=all,name=rpc,outcome=allowed}`,
+		`limits.grpc.requests{layer=rate,name=rpc,outcome=rate_limited}`,
+		`limits.grpc.policy_keys{name=rpc,policy=address}`,
+		`limits.grpc.policy_max_keys{name=rpc,policy=address}`,
 	} {
 		if fromOTel[k].v == 0 {
 			t.Errorf("%s: 0; the traffic should have moved it", k)
@@ -275,19 +307,90 @@ func TestSameNumbers(t *testing.T) {
 
 func errOf(_ metric.Registration, err error) error { return err }
 
+// echoDesc describes test.Echo, a one-method service written without
+// generated code, whose Say answers its argument.
+var echoDesc = grpc.ServiceDesc{
+	ServiceName: "test.Echo",
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Say",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			in := new(wrapperspb.StringValue)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			h := func(_ context.Context, req any) (any, error) { return req, nil }
+			if ic == nil {
+				return h(ctx, in)
+			}
+			return ic(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/test.Echo/Say"}, h)
+		},
+	}},
+}
+
+// callThrough serves test.Echo behind it on an in-memory network, and
+// calls it n times, with a caller key on every other call.
+func callThrough(t *testing.T, it *grpclimit.Interceptor, n int) {
+	t.Helper()
+	lis := bufconn.Listen(1 << 16)
+	srv := grpc.NewServer(it.ServerOptions()...)
+	srv.RegisterService(&echoDesc, struct{}{})
+	go srv.Serve(lis)
+	defer srv.Stop()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for i := range n {
+		ctx := context.Background()
+		if i%2 == 0 {
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer alice")
+		}
+		var out wrapperspb.StringValue
+		conn.Invoke(ctx, "/test.Echo/Say", wrapperspb.String("hi"), &out)
+	}
+}
+
+// TestRegisterErrors checks what Register, and that of each subpackage,
+// refuses.
 func TestRegisterErrors(t *testing.T) {
 	meter, _ := newMeter()
+	it, err := grpclimit.New(grpclimit.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	rg, err := redislimit.New(c, 1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range []string{"", "\xff"} {
-		if _, err := limitsotel.Register(meter, name, limits.NewGCRA(1, time.Second)); err == nil {
-			t.Errorf("name %q: no error", name)
+		for pkg, err := range map[string]error{
+			"limitsotel":     errOf(limitsotel.Register(meter, name, limits.NewGCRA(1, time.Second))),
+			"grpclimitotel":  errOf(grpclimitotel.Register(meter, name, it)),
+			"redislimitotel": errOf(redislimitotel.Register(meter, name, rg)),
+		} {
+			if err == nil || !strings.HasPrefix(err.Error(), pkg+": ") {
+				t.Errorf("%s, name %q: error %v, want one of %s", pkg, name, err, pkg)
+			}
 		}
 	}
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Error("nil component: no panic")
-			}
+	for pkg, register := range map[string]func(){
+		"limitsotel":     func() { limitsotel.Register(meter, "x", (*limits.GCRA)(nil)) },
+		"grpclimitotel":  func() { grpclimitotel.Register(meter, "x", nil) },
+		"redislimitotel": func() { redislimitotel.Register(meter, "x", nil) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: nil component: no panic", pkg)
+				}
+			}()
+			register()
 		}()
-		limitsotel.Register(meter, "x", (*limits.GCRA)(nil))
-	}()
+	}
 }

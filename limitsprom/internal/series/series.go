@@ -2,13 +2,19 @@
 // limits and its front ends, and reads their values from the components'
 // snapshots, once for every exporter: the Prometheus collectors of
 // package limitsprom and the OpenTelemetry instruments of package
-// limitsotel export the same series with the same values.
+// limitsotel export the same series with the same values, and so do their
+// subpackages for the components of other modules.
+//
+// This package knows the components of the core module only (a Gate, a
+// GCRA, an httplimit.Middleware) and the shape of a front end's counters;
+// the components of other modules are described by packages of their own
+// (redisseries, grpcseries), so that exporting the core links no Redis or
+// gRPC client.
 package series
 
 import (
 	"github.com/limitsgo/limits"
 	"github.com/limitsgo/limits/httplimit"
-	"github.com/limitsgo/limits/redislimit"
 )
 
 // Kind is the kind of a metric.
@@ -72,9 +78,8 @@ func (m *Metric) Prometheus() string {
 // OTel returns the name of m for OpenTelemetry, with namespace "limits".
 func (m *Metric) OTel() string { return "limits." + m.Subsystem + "." + m.Name }
 
-// For returns the Set of c, a *limits.Gate, *limits.GCRA,
-// *httplimit.Middleware or *redislimit.GCRA, or false for anything else
-// and for nil pointers.
+// For returns the Set of c, a *limits.Gate, *limits.GCRA or
+// *httplimit.Middleware, or false for anything else and for nil pointers.
 func For(c any) (Set, bool) {
 	switch c := c.(type) {
 	case *limits.Gate:
@@ -87,11 +92,7 @@ func For(c any) (Set, bool) {
 		}
 	case *httplimit.Middleware:
 		if c != nil {
-			return frontSet(httpFront, func() frontStats { return fromHTTP(c.Stats()) }), true
-		}
-	case *redislimit.GCRA:
-		if c != nil {
-			return redisSet(c), true
+			return FrontSet(HTTP, c.Stats), true
 		}
 	}
 	return Set{}, false
@@ -135,9 +136,9 @@ func readGate(e Emitter, at int, s limits.GateStats) {
 	e.Value(at+gateInFlight, int64(s.InFlight))
 	e.Value(at+gatePeak, int64(s.Peak))
 	e.Value(at+gateWaiting, int64(s.Waiting))
-	e.Value(at+gateAdmitted, count(s.Admitted))
-	e.Value(at+gateShed, count(s.Shed))
-	e.Value(at+gateTimedOut, count(s.TimedOut))
+	e.Value(at+gateAdmitted, Count(s.Admitted))
+	e.Value(at+gateShed, Count(s.Shed))
+	e.Value(at+gateTimedOut, Count(s.TimedOut))
 }
 
 func gateSet(g *limits.Gate) Set {
@@ -157,11 +158,11 @@ func gcraSet(g *limits.GCRA) Set {
 		Read: func(e Emitter) {
 			e.Value(0, int64(g.Len()))
 			e.Value(1, int64(g.MaxKeys()))
-			e.Value(2, count(g.TableFull()))
+			e.Value(2, Count(g.TableFull()))
 		},
 	}
 }
 
-// count returns a counter's value as an int64, capped at the largest: a
+// Count returns a counter's value as an int64, capped at the largest: a
 // count no process reaches.
-func count(n uint64) int64 { return int64(min(n, 1<<63-1)) }
+func Count(n uint64) int64 { return int64(min(n, 1<<63-1)) }
