@@ -163,7 +163,8 @@ const DefaultMaxKeys = 1 << 20
 // client address when Config.CallerKey is set.
 const KeylessPolicy = "keyless"
 
-// ErrorPolicy says what the interceptors do when a limiter fails.
+// ErrorPolicy says what the interceptors do when a limiter fails. Its zero
+// value is FailClosed.
 type ErrorPolicy uint8
 
 const (

@@ -61,7 +61,8 @@ const (
 // delay when waiting helps, and the grpc-retry-pushback-ms trailer that
 // gRPC's retry policy obeys.
 //
-// An Interceptor is safe for concurrent use. Create one with New.
+// An Interceptor is safe for concurrent use. Create one with New; the zero
+// value is not usable.
 type Interceptor struct {
 	exempt    func(string) bool
 	gate      *limits.Gate

@@ -65,7 +65,8 @@ type hitter struct {
 	exact    atomic.Int64 // events offered since the key entered
 }
 
-// Hitter is one key of a Hitters table, as Top reports it.
+// Hitter is one key of a Hitters table, as Top reports it; counts are in
+// events.
 type Hitter struct {
 	// Key is the key, copied when it entered the table.
 	Key string

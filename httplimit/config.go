@@ -147,7 +147,8 @@ type Config struct {
 // caller key.
 const DefaultAddressMultiplier = 4
 
-// ErrorPolicy says what the middleware does when a limiter fails.
+// ErrorPolicy says what the middleware does when a limiter fails. Its zero
+// value is FailClosed.
 type ErrorPolicy uint8
 
 const (
@@ -157,7 +158,8 @@ const (
 	FailOpen
 )
 
-// HeaderMode selects the rate limit headers sent with responses.
+// HeaderMode selects the rate limit headers sent with responses. Its zero
+// value is HeadersIETF.
 type HeaderMode uint8
 
 const (

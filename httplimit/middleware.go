@@ -56,7 +56,7 @@ const (
 // refused. Allowed requests carry the fields of every policy applied.
 //
 // A Middleware is safe for concurrent use. Create one with New, and one
-// for a route with With.
+// for a route with With; the zero value is not usable.
 type Middleware struct {
 	c *core
 	// rates are the rate layers m applies, in order: those of New's Config
@@ -103,8 +103,9 @@ type core struct {
 // rateLayer is one rate policy as a Middleware applies it.
 type rateLayer = front.Layer[*http.Request]
 
-// Stats is a snapshot of a Middleware's counters, shared with the route
-// Middlewares made from it by With. It marshals to JSON, so it can be
+// Stats is a snapshot of a Middleware's counters, in requests, from 0 when
+// the Middleware was made, shared with the route Middlewares made from it
+// by With. It marshals to JSON, so it can be
 // published with expvar:
 //
 //	expvar.Publish("httplimit", expvar.Func(func() any { return m.Stats() }))
@@ -142,8 +143,9 @@ type Stats struct {
 	Policies []PolicyStats `json:"policies,omitempty"`
 }
 
-// PolicyStats counts the outcomes of one rate policy. A request allowed
-// by a policy and refused by a later layer counts as allowed here.
+// PolicyStats counts the outcomes of one rate policy, in requests, from
+// 0 when the policy was made. A request allowed by a policy and refused by
+// a later layer counts as allowed here.
 type PolicyStats struct {
 	// Name is the policy's name, as in the RateLimit header fields.
 	Name string `json:"name"`
@@ -165,7 +167,8 @@ type PolicyStats struct {
 	MaxKeys int `json:"max_keys"`
 }
 
-// Denial describes a refusal to Config.Deny.
+// Denial describes a refusal to Config.Deny, which may read it but must
+// not keep it past its return.
 type Denial struct {
 	// Status is the HTTP status to send: 429, 503, 500 or InFlightStatus.
 	Status int

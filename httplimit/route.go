@@ -13,7 +13,8 @@ import (
 // Policy is a rate limit of one route, which a Middleware made by With
 // applies after the layers of the Middleware it was made from: a login
 // route limited per address, an API limited per key, an upload that
-// costs more than a read.
+// costs more than a read. The zero Policy is not valid: it needs a Name
+// and a Rate or a Limiter.
 type Policy struct {
 	// Name names the policy in the RateLimit header fields, problem
 	// bodies, logs and Stats; printable ASCII, required, and unique among

@@ -105,7 +105,8 @@ type GCRA struct {
 var _ limits.Limiter = (*GCRA)(nil)
 
 // ErrorPolicy says what a GCRA does when Redis gives no decision: down,
-// unreachable, too slow for the deadline, or answering with an error. The
+// unreachable, too slow for the deadline, or answering with an error; its
+// zero value is FailClosed. The
 // words are those of httplimit's and grpclimit's ErrorPolicy, which say
 // what a front end does with a limiter's error; a third policy, the
 // fallback to a local GCRA, is set with WithFallback.
@@ -134,7 +135,8 @@ const (
 	fallback
 )
 
-// Option configures a GCRA.
+// Option configures a GCRA; see New for the defaults. A nil Option is not
+// valid.
 type Option func(*options)
 
 type options struct {
