@@ -7,22 +7,37 @@
 //	cd bench
 //	go run ./cmd/report
 //
-// It builds the benchmark binary once and runs -rounds rounds, each a new
-// process running BenchmarkKeys1M (every structure once per -cpu value),
-// then another running BenchmarkHTTP (every middleware once per -cpu
-// value), so that the runs of one structure are spread over the whole run
-// rather than taken back to back; times are the medians of the rounds.
-// Then it runs cmd/memory once per structure.
+// It builds the benchmark binary once and runs -rounds rounds. Each round
+// runs four processes in turn: BenchmarkKeys1M (every structure once per
+// -cpu value), BenchmarkChurn1M (the limiters with keys that expire, and
+// the mutex map, once per -cpu value), BenchmarkLatency1M (the time of
+// each call, once per -latencycpu value) and BenchmarkHTTP (every
+// middleware once per -cpu value), so that the runs of one structure are
+// spread over the whole run rather than taken back to back; times are the
+// medians of the rounds. Then it runs cmd/memory once per structure.
 //
 // By default each benchmark run makes 1,000,000 calls, one pass over the
 // keys. A fixed count rather than a time keeps the run short: the testing
 // package collects garbage before each attempt at the benchmark time, and
 // with a million keys in a structure full of pointers one collection takes
-// up to a second. With the defaults the whole run takes three to four
-// minutes on two cores. BenchmarkHTTP serves 500,000 requests per run by
-// default (-httpbenchtime).
+// up to a second. BenchmarkHTTP serves 500,000 requests per run by default
+// (-httpbenchtime). BenchmarkLatency1M calls from one goroutine, so it runs
+// at one GOMAXPROCS by default, 2 (-latencycpu): its percentiles are what
+// the report shows, and a second value would add a fifth to the run.
 //
-// With -from it only renders the results saved by an earlier run.
+// With the defaults the whole run should take about nine minutes on two
+// cores. That is an estimate, not a measurement of a whole run: on a shared
+// two-core machine, one round with -benchtime 20000x -httpbenchtime 20000x
+// took 57 s (BenchmarkKeys1M 28 s, BenchmarkChurn1M 13 s,
+// BenchmarkLatency1M 16 s, BenchmarkHTTP under 1 s) and cmd/memory 17 s;
+// adding the time of the calls a default round makes beyond those (each
+// cell's ns/op times the extra calls) gives about 100 s a round, and
+// BenchmarkChurn1M and BenchmarkLatency1M, run once each with the default
+// counts, took 22 s each, in line with that estimate.
+//
+// With -from it only renders the results saved by an earlier run; results
+// of runs made before BenchmarkChurn1M, BenchmarkLatency1M or BenchmarkHTTP
+// existed render without their sections.
 package main
 
 import (
@@ -44,18 +59,30 @@ import (
 )
 
 func main() {
-	rounds := flag.Int("rounds", 5, "runs of the benchmark suite; times are medians over them")
-	benchtime := flag.String("benchtime", "1000000x", "-benchtime of each run of BenchmarkKeys1M")
-	httpBenchtime := flag.String("httpbenchtime", "500000x", "-benchtime of each run of BenchmarkHTTP")
-	cpu := flag.String("cpu", "1,2", "-cpu list of the benchmarks; the parallel ones run exactly 8 goroutines when each value divides 8")
-	out := flag.String("out", ".", "directory to write BENCHMARKS.md, charts/ and results/ in")
-	from := flag.String("from", "", "render the results saved in this results/ directory instead of running")
+	var o options
+	flag.IntVar(&o.rounds, "rounds", 5, "runs of the benchmark suite; times are medians over them")
+	flag.StringVar(&o.benchtime, "benchtime", "1000000x", "-benchtime of each run of BenchmarkKeys1M, BenchmarkChurn1M and BenchmarkLatency1M")
+	flag.StringVar(&o.httpBenchtime, "httpbenchtime", "500000x", "-benchtime of each run of BenchmarkHTTP")
+	flag.StringVar(&o.cpu, "cpu", "1,2", "-cpu list of the benchmarks; the parallel ones run exactly 8 goroutines when each value divides 8")
+	flag.StringVar(&o.latencyCPU, "latencycpu", "2", "-cpu list of BenchmarkLatency1M, which calls from one goroutine")
+	flag.StringVar(&o.out, "out", ".", "directory to write BENCHMARKS.md, charts/ and results/ in")
+	flag.StringVar(&o.from, "from", "", "render the results saved in this results/ directory instead of running")
 	flag.Parse()
 
-	if err := run(*rounds, *benchtime, *httpBenchtime, *cpu, *out, *from); err != nil {
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
+}
+
+// options are the command's flags.
+type options struct {
+	rounds        int
+	benchtime     string // of BenchmarkKeys1M, BenchmarkChurn1M and BenchmarkLatency1M
+	httpBenchtime string // of BenchmarkHTTP
+	cpu           string // -cpu of every benchmark but BenchmarkLatency1M
+	latencyCPU    string // -cpu of BenchmarkLatency1M
+	out, from     string
 }
 
 // Files the report writes under -out.
@@ -64,28 +91,28 @@ const (
 	memoryFile = "results/memory.jsonl"
 )
 
-func run(rounds int, benchtime, httpBenchtime, cpu, out, from string) error {
+func run(o options) error {
 	var benchOut, memOut []byte
-	if from != "" {
+	if o.from != "" {
 		var err error
-		if benchOut, err = os.ReadFile(filepath.Join(from, filepath.Base(benchFile))); err != nil {
+		if benchOut, err = os.ReadFile(filepath.Join(o.from, filepath.Base(benchFile))); err != nil {
 			return err
 		}
-		if memOut, err = os.ReadFile(filepath.Join(from, filepath.Base(memoryFile))); err != nil {
+		if memOut, err = os.ReadFile(filepath.Join(o.from, filepath.Base(memoryFile))); err != nil {
 			return err
 		}
 	} else {
-		if rounds < 1 {
+		if o.rounds < 1 {
 			return errors.New("-rounds must be at least 1")
 		}
 		var err error
-		if benchOut, memOut, err = measure(rounds, benchtime, httpBenchtime, cpu); err != nil {
+		if benchOut, memOut, err = measure(o); err != nil {
 			return err
 		}
-		if err := report.WriteFile(filepath.Join(out, benchFile), benchOut); err != nil {
+		if err := report.WriteFile(filepath.Join(o.out, benchFile), benchOut); err != nil {
 			return err
 		}
-		if err := report.WriteFile(filepath.Join(out, memoryFile), memOut); err != nil {
+		if err := report.WriteFile(filepath.Join(o.out, memoryFile), memOut); err != nil {
 			return err
 		}
 	}
@@ -99,15 +126,27 @@ func run(rounds int, benchtime, httpBenchtime, cpu, out, from string) error {
 		"charts/ns-per-op.svg": r.keysChart(r.headlineProcs()),
 		"charts/heap.svg":      r.heapChart(),
 	}
+	if len(r.res.churn) > 0 {
+		files["charts/churn.svg"] = r.churnChart(r.churnProcs())
+	}
 	if len(r.res.http) > 0 {
 		files["charts/http.svg"] = r.httpChart(r.httpProcs())
 	}
 	for name, data := range files {
-		if err := report.WriteFile(filepath.Join(out, name), data); err != nil {
+		if err := report.WriteFile(filepath.Join(o.out, name), data); err != nil {
 			return err
 		}
 	}
 	fmt.Print(r.headlineTable(r.headlineProcs()))
+	if len(r.res.churn) > 0 {
+		fmt.Print("\n", r.churnTable(r.churnProcs()))
+	}
+	if len(r.res.latency) > 0 {
+		fmt.Print("\n", r.latencyTable(r.latencyProcs()))
+	}
+	if t := r.goalsTable(r.headlineProcs()); t != "" {
+		fmt.Print("\n", t)
+	}
 	if len(r.res.http) > 0 {
 		fmt.Print("\n", r.httpTable(r.httpProcs()))
 	}
@@ -139,7 +178,12 @@ func newReport(benchOut, memOut []byte) (*benchReport, error) {
 		r.machine.CPU = res.cpu
 	}
 	r.machine.Cores, _ = strconv.Atoi(meta["cores"])
-	r.settings = settings{Benchtime: meta["benchtime"], HTTPBenchtime: meta["http-benchtime"], CPU: meta["cpus"]}
+	r.settings = settings{
+		Benchtime:     meta["benchtime"],
+		HTTPBenchtime: meta["http-benchtime"],
+		CPU:           meta["cpus"],
+		LatencyCPU:    meta["latency-cpus"],
+	}
 	r.settings.Rounds, _ = strconv.Atoi(meta["rounds"])
 	r.settings.Seconds, _ = strconv.ParseFloat(meta["seconds"], 64)
 	return r, nil
@@ -166,7 +210,7 @@ func parseMeta(data []byte) map[string]string {
 // measure runs the benchmarks and the memory program, and returns their
 // output: the benchmark output with meta lines before and after it, and one
 // JSON line per structure.
-func measure(rounds int, benchtime, httpBenchtime, cpu string) (benchOut, memOut []byte, err error) {
+func measure(o options) (benchOut, memOut []byte, err error) {
 	start := time.Now()
 	tmp, err := os.MkdirTemp("", "limits-bench-")
 	if err != nil {
@@ -189,41 +233,51 @@ func measure(rounds int, benchtime, httpBenchtime, cpu string) (benchOut, memOut
 	meta("cores", strconv.Itoa(runtime.NumCPU()))
 	meta("os-arch", runtime.GOOS+"/"+runtime.GOARCH)
 	meta("go", runtime.Version())
-	meta("rounds", strconv.Itoa(rounds))
-	meta("benchtime", benchtime)
-	meta("http-benchtime", httpBenchtime)
-	meta("cpus", cpu)
+	meta("rounds", strconv.Itoa(o.rounds))
+	meta("benchtime", o.benchtime)
+	meta("http-benchtime", o.httpBenchtime)
+	meta("cpus", o.cpu)
+	meta("latency-cpus", o.latencyCPU)
 	meta("loadavg-start", loadAvg())
 
-	for i := range rounds {
+	// Each benchmark runs in a process of its own, so that one leaves
+	// nothing behind in the heap of the next.
+	runs := []struct{ bench, benchtime, cpu string }{
+		{keysBench, o.benchtime, o.cpu},
+		{churnBench, o.benchtime, o.cpu},
+		{latencyBench, o.benchtime, o.latencyCPU},
+		{httpBench, o.httpBenchtime, o.cpu},
+	}
+	for i := range o.rounds {
 		t := time.Now()
-		for _, run := range []struct{ bench, benchtime string }{
-			{"^Benchmark" + keysBench + "$", benchtime},
-			{"^Benchmark" + httpBench + "$", httpBenchtime},
-		} {
-			cmd := exec.Command(testBin, "-test.run", "^$", "-test.bench", run.bench,
-				"-test.benchtime", run.benchtime, "-test.cpu", cpu, "-test.count", "1")
+		var took []string
+		for _, run := range runs {
+			rt := time.Now()
+			cmd := exec.Command(testBin, "-test.run", "^$", "-test.bench", "^Benchmark"+run.bench+"$",
+				"-test.benchtime", run.benchtime, "-test.cpu", run.cpu, "-test.count", "1")
 			cmd.Stderr = os.Stderr
-			o, err := cmd.Output()
+			out, err := cmd.Output()
 			if err != nil {
-				return nil, nil, fmt.Errorf("benchmarks %s, round %d: %w\n%s", run.bench, i+1, err, o)
+				return nil, nil, fmt.Errorf("round %d, Benchmark%s: %w\n%s", i+1, run.bench, err, out)
 			}
-			b.Write(o)
+			b.Write(out)
+			took = append(took, fmt.Sprintf("%s %.0f s", run.bench, time.Since(rt).Seconds()))
 		}
-		progress("round %d of %d: %.0f s", i+1, rounds, time.Since(t).Seconds())
+		progress("round %d of %d: %.0f s (%s)", i+1, o.rounds, time.Since(t).Seconds(), strings.Join(took, ", "))
 	}
 
+	t := time.Now()
 	var m bytes.Buffer
 	for _, s := range bench.Structures() {
 		cmd := exec.Command(memBin, s.Name)
 		cmd.Stderr = os.Stderr
-		o, err := cmd.Output()
+		out, err := cmd.Output()
 		if err != nil {
 			return nil, nil, fmt.Errorf("memory %s: %w", s.Name, err)
 		}
-		m.Write(o)
+		m.Write(out)
 	}
-	progress("memory: done")
+	progress("memory: %.0f s", time.Since(t).Seconds())
 
 	meta("loadavg-end", loadAvg())
 	meta("seconds", fmt.Sprintf("%.0f", time.Since(start).Seconds()))

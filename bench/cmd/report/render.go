@@ -40,6 +40,7 @@ type settings struct {
 	Benchtime     string
 	HTTPBenchtime string // of BenchmarkHTTP, "" if it was not run
 	CPU           string
+	LatencyCPU    string  // -cpu of BenchmarkLatency1M, "" if it was not run
 	Seconds       float64 // the whole run, 0 if unknown
 }
 
@@ -69,15 +70,18 @@ func procsOf(cells map[cell]*samples) []int {
 	return ps
 }
 
-// headlineProcs is the GOMAXPROCS of the headline table and chart: 2 if
-// measured, else the largest measured.
-func (r *benchReport) headlineProcs() int {
-	ps := r.procs()
+// preferredProcs returns 2 if ps, in increasing order, holds it or is
+// empty, and else the largest of ps: the GOMAXPROCS a table shows.
+func preferredProcs(ps []int) int {
 	if slices.Contains(ps, 2) || len(ps) == 0 {
 		return 2
 	}
 	return ps[len(ps)-1]
 }
+
+// headlineProcs is the GOMAXPROCS of the headline table and chart: 2 if
+// measured, else the largest measured.
+func (r *benchReport) headlineProcs() int { return preferredProcs(r.procs()) }
 
 // medianOf returns the median of one measurement of a cell, or NaN if it
 // was not measured.
@@ -126,13 +130,7 @@ func (r *benchReport) overhead(name, mode string, procs int) float64 {
 
 // httpProcs is the GOMAXPROCS of the HTTP table and chart: 2 if measured,
 // else the largest measured.
-func (r *benchReport) httpProcs() int {
-	ps := procsOf(r.res.http)
-	if slices.Contains(ps, 2) || len(ps) == 0 {
-		return 2
-	}
-	return ps[len(ps)-1]
-}
+func (r *benchReport) httpProcs() int { return preferredProcs(procsOf(r.res.http)) }
 
 // heapOf returns the heap a structure holds for NumKeys keys, or NaN.
 func (r *benchReport) heapOf(name string) float64 {
@@ -310,6 +308,13 @@ func (r *benchReport) markdown() []byte {
 	}
 	w("\n")
 
+	if len(r.res.churn) > 0 {
+		r.churnSection(w)
+	}
+	if len(r.res.latency) > 0 {
+		r.latencySection(w)
+	}
+	r.goalsSection(w)
 	if hasHTTP {
 		r.httpSection(w)
 	}
@@ -324,17 +329,54 @@ func (r *benchReport) markdown() []byte {
 
 	w("## All results\n\n")
 	w("%s\n", r.fullTable())
+	if len(r.res.churn) > 0 {
+		w("### Churning keys\n\n")
+		w("%s\n", r.churnFullTable())
+	}
+	if len(r.res.latency) > 0 {
+		w("### Latency of one call\n\n")
+		w("Times in ns; \"max (median)\" is the median of the runs' maxima, \"max (highest)\" the highest of them.\n\n")
+		w("%s\n", r.latencyFullTable())
+	}
 	if hasHTTP {
 		w("### HTTP middleware\n\n")
 		w("%s\n", r.httpFullTable())
 	}
 
+	r.howToRun(w)
+	return b.Bytes()
+}
+
+// howToRun writes the section on how the run was made, naming the
+// benchmarks the results hold, with w.
+func (r *benchReport) howToRun(w func(string, ...any)) {
 	w("## How to run\n\n")
 	w("```\ncd bench\ngo run ./cmd/report\n```\n\n")
-	if r.settings.HTTPBenchtime != "" {
-		w("It builds the benchmark binary once and runs %s, each round a process running `BenchmarkKeys1M` (`-benchtime %s`) "+
-			"and then one running `BenchmarkHTTP` (`-benchtime %s`), both with `-cpu %s`; ",
-			plural(r.settings.Rounds, "round"), r.settings.Benchtime, r.settings.HTTPBenchtime, r.settings.CPU)
+	var runs []string
+	run := func(name, benchtime, cpu string) {
+		runs = append(runs, fmt.Sprintf("`Benchmark%s` (`-benchtime %s -cpu %s`)", name, benchtime, cpu))
+	}
+	run(keysBench, r.settings.Benchtime, r.settings.CPU)
+	if len(r.res.churn) > 0 {
+		run(churnBench, r.settings.Benchtime, r.settings.CPU)
+	}
+	if len(r.res.latency) > 0 {
+		cpu := r.settings.LatencyCPU
+		if cpu == "" {
+			cpu = r.settings.CPU
+		}
+		run(latencyBench, r.settings.Benchtime, cpu)
+	}
+	if len(r.res.http) > 0 && r.settings.HTTPBenchtime != "" {
+		run(httpBench, r.settings.HTTPBenchtime, r.settings.CPU)
+	}
+	if len(runs) > 1 {
+		var then []string
+		for _, run := range runs[1:] {
+			then = append(then, "one running "+run)
+		}
+		w("It builds the benchmark binary once and runs %s, each round a process running %s, then %s; ",
+			plural(r.settings.Rounds, "round"), runs[0], list(then))
 	} else {
 		w("It builds the benchmark binary once and runs `BenchmarkKeys1M` %d times (`-benchtime %s -cpu %s`), ", r.settings.Rounds, r.settings.Benchtime, r.settings.CPU)
 	}
@@ -342,10 +384,20 @@ func (r *benchReport) markdown() []byte {
 	if r.settings.Seconds > 0 {
 		w(" (%.0f s in all for this run)", r.settings.Seconds)
 	}
-	w(". Flags `-rounds`, `-benchtime`, `-httpbenchtime` and `-cpu` change the settings, and `-from results` renders saved results again. ")
+	w(". Flags `-rounds`, `-benchtime`, `-httpbenchtime`, `-cpu` and `-latencycpu` change the settings, and `-from results` renders saved results again. ")
 	w("To compare two versions with benchstat, run `go test -run '^$' -bench Keys1M -cpu 1,2 -count 10` ")
-	w("(or `-bench HTTP`) in `bench/` on each.\n")
-	return b.Bytes()
+	w("(or `-bench Churn1M`, `-bench Latency1M`, `-bench HTTP`) in `bench/` on each.\n")
+}
+
+// list joins items with commas and a final "and".
+func list(items []string) string {
+	switch len(items) {
+	case 0:
+		return ""
+	case 1:
+		return items[0]
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
 }
 
 // httpSection writes the section on the middlewares with w.
