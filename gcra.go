@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/limitsgo/limits/internal/gcra"
 )
@@ -103,10 +104,14 @@ const tombstone = 1
 type gcraShard struct {
 	mu    sync.Mutex
 	slots []gcraSlot
-	used  int     // slots not empty: holding a key, or a tombstone
-	held  int     // slots holding a key, expired or not
-	next  int64   // no key held expires before this, by the real clock
-	_     [8]byte // a shard is one cache line
+	next  int64 // no key held expires before this, by the real clock
+	used  int32 // slots not empty: holding a key, or a tombstone
+	held  int32 // slots holding a key, expired or not
+	// base and mask locate slots without the lock, for prefetching only:
+	// the address of slots[0], and len(slots)-1.
+	base atomic.Uintptr
+	mask atomic.Int32
+	_    [4]byte // a shard is one cache line
 }
 
 // gcraSlot is one key's state: its tag (hash bits) with, in the low
@@ -366,6 +371,7 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 		charge = false
 	}
 	s, tag := g.shardOf(h), g.tagOf(h)
+	s.prefetchHome(g, tag)
 	for attempt := 0; ; attempt++ {
 		s.mu.Lock()
 		real := g.now()
@@ -374,7 +380,7 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 			now = at
 		}
 		if s.slots == nil && charge {
-			s.slots = make([]gcraSlot, 4)
+			s.setSlots(make([]gcraSlot, 4))
 		}
 		i, free := s.lookup(g, tag, real)
 		var ahead gcra.Time
@@ -407,7 +413,7 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 			}
 			s.held++
 			s.put(g, free, tag, tat)
-			if 4*s.used > 3*len(s.slots) {
+			if 4*int(s.used) > 3*len(s.slots) {
 				s.maintain(g, real)
 			}
 		default:
@@ -542,6 +548,22 @@ func (s *gcraShard) put(g *GCRA, i int, tag uint64, tat gcra.Time) {
 	s.next = min(s.next, tat.NS)
 }
 
+// setSlots makes slots the shard's, and publishes where they are for
+// prefetching. s.mu is held.
+func (s *gcraShard) setSlots(slots []gcraSlot) {
+	s.slots = slots
+	s.base.Store(uintptr(unsafe.Pointer(&slots[0])))
+	s.mask.Store(int32(len(slots) - 1))
+}
+
+// prefetchHome asks for the cache line of tag's home slot, if the shard
+// has slots: at worst a line the shard no longer uses.
+func (s *gcraShard) prefetchHome(g *GCRA, tag uint64) {
+	if base := s.base.Load(); base != 0 {
+		prefetch(base + uintptr(int32(tag>>g.fracBits)&s.mask.Load())*unsafe.Sizeof(gcraSlot{}))
+	}
+}
+
 // testHookScan, if set by a test, is told how many slots each pass over a
 // whole shard looks at.
 var testHookScan func(slots int)
@@ -565,7 +587,7 @@ func (s *gcraShard) purge(g *GCRA, now int64) int {
 			next = min(next, e.tat)
 		}
 	}
-	s.held -= freed
+	s.held -= int32(freed)
 	s.next = next
 	g.keys.Add(int64(-freed))
 	return freed
@@ -583,16 +605,16 @@ func (s *gcraShard) purge(g *GCRA, now int64) int {
 // most eight times in a shard's life. s.mu is held; now is the real clock.
 func (s *gcraShard) maintain(g *GCRA, now int64) {
 	full := len(s.slots) >= g.shardMax
-	if full && 8*s.used <= 7*len(s.slots) {
+	if full && 8*int(s.used) <= 7*len(s.slots) {
 		return
 	}
 	if s.next <= now {
 		s.purge(g, now)
 	}
 	switch {
-	case !full && 2*s.held > len(s.slots):
+	case !full && 2*int(s.held) > len(s.slots):
 		s.rebuild(g, 2*len(s.slots), now)
-	case 8*(s.used-s.held) >= len(s.slots):
+	case 8*int(s.used-s.held) >= len(s.slots):
 		s.compact(g, now)
 	}
 }
@@ -626,7 +648,7 @@ func (s *gcraShard) compact(g *GCRA, now int64) {
 			start = i
 		}
 	}
-	s.held -= dropped
+	s.held -= int32(dropped)
 	s.used = s.held
 	g.keys.Add(int64(-dropped))
 	if start < 0 {
@@ -656,7 +678,7 @@ func (s *gcraShard) rebuild(g *GCRA, size int, now int64) {
 		testHookScan(len(s.slots))
 	}
 	old := s.slots
-	s.slots = make([]gcraSlot, size)
+	s.setSlots(make([]gcraSlot, size))
 	mask := size - 1
 	dropped := 0
 	s.next = math.MaxInt64
@@ -675,7 +697,7 @@ func (s *gcraShard) rebuild(g *GCRA, size int, now int64) {
 		s.slots[i] = e
 		s.next = min(s.next, e.tat)
 	}
-	s.held -= dropped
+	s.held -= int32(dropped)
 	s.used = s.held
 	g.keys.Add(int64(-dropped))
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/limitsgo/limits/internal/gcra"
 )
@@ -531,5 +532,39 @@ func TestGCRAAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("Allow, AllowN and Peek allocate %v times per run, want 0", allocs)
+	}
+}
+
+// TestGCRAShardLayout checks that a shard fills one cache line, and that
+// the slot address it publishes for prefetching follows its slots as they
+// grow.
+func TestGCRAShardLayout(t *testing.T) {
+	if got := unsafe.Sizeof(gcraShard{}); got != 64 {
+		t.Fatalf("gcraShard is %d bytes, want 64", got)
+	}
+	g := NewGCRA(1, time.Hour, WithMaxKeys(1<<12))
+	for i := range 1 << 11 {
+		g.Allow(strconv.Itoa(i))
+	}
+	grown := 0
+	for i := range g.shards {
+		s := &g.shards[i]
+		s.mu.Lock()
+		if s.slots == nil {
+			if s.base.Load() != 0 {
+				t.Errorf("shard %d: no slots, base %#x", i, s.base.Load())
+			}
+		} else {
+			if len(s.slots) > 4 {
+				grown++
+			}
+			if s.base.Load() != uintptr(unsafe.Pointer(&s.slots[0])) || int(s.mask.Load()) != len(s.slots)-1 {
+				t.Errorf("shard %d: published %#x/%d, slots at %p/%d", i, s.base.Load(), s.mask.Load(), &s.slots[0], len(s.slots))
+			}
+		}
+		s.mu.Unlock()
+	}
+	if grown == 0 {
+		t.Fatal("no shard grew")
 	}
 }
