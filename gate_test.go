@@ -108,7 +108,8 @@ func TestGateEnterWaits(t *testing.T) {
 			t.Errorf("Enter with an ending context: %v, want refused when it ends", ok)
 		}
 		q.Release()
-		want := GateStats{Max: 1, Peak: 1, Admitted: 2, Shed: 1, TimedOut: 2}
+		// Waits of 5ms (let in), 10ms and 2ms (given up).
+		want := GateStats{Max: 1, Peak: 1, Admitted: 2, Shed: 1, TimedOut: 2, Waited: 3, WaitTime: 17 * time.Millisecond}
 		if got := g.Stats(); got != want {
 			t.Errorf("Stats = %+v, want %+v", got, want)
 		}
@@ -236,11 +237,13 @@ func TestGateWaitersInOrder(t *testing.T) {
 			held[i], _ = g.TryEnter()
 		}
 		order := make(chan int, 3)
+		done := make(chan struct{})
 		for i := range 3 {
 			go func() {
 				q, ok := g.Enter(context.Background(), time.Hour)
 				if ok {
 					order <- i
+					<-done // hold the place, so that only held's are freed
 					q.Release()
 				}
 			}()
@@ -252,6 +255,7 @@ func TestGateWaitersInOrder(t *testing.T) {
 				t.Errorf("place %d went to waiter %d, want %d", i, got, i)
 			}
 		}
+		close(done)
 	})
 }
 
@@ -300,4 +304,239 @@ func TestGateSetMax(t *testing.T) {
 			t.Errorf("SetMax(0) panicked with %q", got)
 		}
 	})
+}
+
+// TestGateInFlight checks InFlight against the count in Stats.
+func TestGateInFlight(t *testing.T) {
+	g := mustGate(t, 3)
+	a, _ := g.TryEnter()
+	b, _ := g.TryEnter()
+	if got := g.InFlight(); got != 2 {
+		t.Errorf("InFlight = %d, want 2", got)
+	}
+	a.Release()
+	b.Release()
+	if got := g.InFlight(); got != 0 {
+		t.Errorf("InFlight = %d after releases, want 0", got)
+	}
+}
+
+// arrival is what happened to one caller of Enter in the AdaptWait tests.
+type arrival struct {
+	at     time.Duration // when it came, from the start of the test
+	ok     bool
+	waited time.Duration
+}
+
+// arrive starts a caller every 1ms for the given time, each calling Enter
+// with a wait of 5ms and, once let in, holding its place for hold, and
+// returns what happened to them in the order they came. It must be called
+// in a synctest bubble.
+func arrive(g *Gate, d, hold time.Duration) []arrival {
+	start := time.Now()
+	out := make([]arrival, d/time.Millisecond)
+	var wg sync.WaitGroup
+	for i := range out {
+		wg.Go(func() {
+			at := time.Since(start)
+			p, ok := g.Enter(context.Background(), 5*time.Millisecond)
+			out[i] = arrival{at: at, ok: ok, waited: time.Since(start) - at}
+			if ok {
+				time.Sleep(hold)
+				p.Release()
+			}
+		})
+		time.Sleep(time.Millisecond)
+	}
+	wg.Wait()
+	return out
+}
+
+// TestGateAdaptWaitCuts holds a gate full while callers keep coming: every
+// wait runs out, so the gate refuses at once for an interval, then lets
+// callers wait for an interval to judge again, and refuses for twice as
+// long each time the queue stands again, up to 16 intervals.
+func TestGateAdaptWaitCuts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := mustGate(t, 8)
+		g.AdaptWait(100 * time.Millisecond)
+		var held [8]Permit
+		for i := range held {
+			held[i], _ = g.TryEnter()
+		}
+		got := arrive(g, 3650*time.Millisecond, 0)
+		// Refusal periods, in ms: each after an interval of waiting.
+		cuts := [][2]int{{100, 200}, {300, 500}, {600, 1000}, {1100, 1900}, {2000, 3600}}
+		cut := func(ms int) bool {
+			for _, c := range cuts {
+				if ms >= c[0] && ms < c[1] {
+					return true
+				}
+			}
+			return false
+		}
+		for i, a := range got {
+			ms := int(a.at / time.Millisecond)
+			if ms != i {
+				t.Fatalf("caller %d came at %v", i, a.at)
+			}
+			if a.ok {
+				t.Fatalf("caller at %dms let into a full gate", ms)
+			}
+			want := 5 * time.Millisecond
+			if cut(ms) {
+				want = 0
+			}
+			// The caller at the very start of a refusal period may be the
+			// one whose arrival ends the interval, refused at once too.
+			if a.waited != want && !(want != 0 && a.waited == 0 && cut(ms+1) && !cut(ms)) {
+				t.Errorf("caller at %dms waited %v, want %v", ms, a.waited, want)
+			}
+		}
+		s := g.Stats()
+		if s.Overloads != uint64(len(cuts)) || s.Overloaded {
+			t.Errorf("Overloads %d, Overloaded %v; want %d and false", s.Overloads, s.Overloaded, len(cuts))
+		}
+		if s.Shed+s.TimedOut != uint64(len(got)) || s.Waited != s.TimedOut || s.WaitTime != time.Duration(s.Waited)*5*time.Millisecond {
+			t.Errorf("Stats %+v for %d callers", s, len(got))
+		}
+		for i := range held {
+			held[i].Release()
+		}
+	})
+}
+
+// TestGateAdaptWaitRecovers ends an overload during a refusal period: once
+// it is over, callers are let in, and nobody is refused.
+func TestGateAdaptWaitRecovers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := mustGate(t, 8)
+		g.AdaptWait(100 * time.Millisecond)
+		var held [8]Permit
+		for i := range held {
+			held[i], _ = g.TryEnter()
+		}
+		go func() {
+			time.Sleep(150 * time.Millisecond) // within the first refusal period
+			for i := range held {
+				held[i].Release()
+			}
+		}()
+		got := arrive(g, 400*time.Millisecond, 4*time.Millisecond)
+		for _, a := range got {
+			if a.at > 150*time.Millisecond && (!a.ok || a.waited != 0) {
+				t.Errorf("caller at %v: let in %v after %v, want at once", a.at, a.ok, a.waited)
+			}
+		}
+		if s := g.Stats(); s.Overloads != 1 || s.Overloaded || s.InFlight != 0 {
+			t.Errorf("Stats %+v", s)
+		}
+	})
+}
+
+// TestGateAdaptWaitAbsorbsBursts sends bursts that a short wait absorbs:
+// every caller gets in, and the gate never refuses.
+func TestGateAdaptWaitAbsorbsBursts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := mustGate(t, 2)
+		g.AdaptWait(50 * time.Millisecond)
+		var wg sync.WaitGroup
+		for range 100 {
+			for range 4 {
+				wg.Go(func() {
+					p, ok := g.Enter(context.Background(), 5*time.Millisecond)
+					if !ok {
+						t.Error("refused")
+						return
+					}
+					time.Sleep(2 * time.Millisecond)
+					p.Release()
+				})
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		wg.Wait()
+		s := g.Stats()
+		// Of each burst of 4, two wait 2ms.
+		if s.Admitted != 400 || s.Shed+s.TimedOut+s.Overloads != 0 || s.Waited != 200 || s.WaitTime != 200*2*time.Millisecond {
+			t.Errorf("Stats %+v", s)
+		}
+	})
+}
+
+// TestGateAdaptWaitFewWaiters checks that an interval with fewer than four
+// waiters is not judged, however many gave up, and that AdaptWait(0) ends
+// a refusal period.
+func TestGateAdaptWaitFewWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := mustGate(t, 1)
+		g.AdaptWait(10 * time.Millisecond)
+		p, _ := g.TryEnter()
+		for range 3 {
+			if _, ok := g.Enter(context.Background(), 5*time.Millisecond); ok {
+				t.Fatal("let into a full gate")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		// Four intervals of three waiters each, all given up: not judged.
+		if s := g.Stats(); s.Overloads != 0 || s.TimedOut != 3 {
+			t.Fatalf("Stats %+v", s)
+		}
+		for range 4 {
+			g.Enter(context.Background(), 2*time.Millisecond)
+		}
+		time.Sleep(10 * time.Millisecond)
+		start := time.Now()
+		if _, ok := g.Enter(context.Background(), 5*time.Millisecond); ok || time.Since(start) != 0 {
+			t.Fatalf("after four waits in vain: %v after %v, want refused at once", ok, time.Since(start))
+		}
+		if s := g.Stats(); s.Overloads != 1 || !s.Overloaded {
+			t.Fatalf("Stats %+v", s)
+		}
+		g.AdaptWait(0)
+		start = time.Now()
+		if _, ok := g.Enter(context.Background(), 5*time.Millisecond); ok || time.Since(start) != 5*time.Millisecond {
+			t.Errorf("adaptation off: %v after %v, want refused after the wait", ok, time.Since(start))
+		}
+		if s := g.Stats(); s.Overloaded {
+			t.Errorf("still overloaded with adaptation off")
+		}
+		p.Release()
+	})
+}
+
+// TestGateAdaptWaitConcurrent runs many goroutines through a small gate
+// that adapts its waits, and checks the gate's invariants.
+func TestGateAdaptWaitConcurrent(t *testing.T) {
+	g := mustGate(t, 4)
+	g.AdaptWait(time.Millisecond)
+	var inside, most atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for range 300 {
+				p, ok := g.Enter(context.Background(), 100*time.Microsecond)
+				if !ok {
+					continue
+				}
+				n := inside.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(10 * time.Microsecond)
+				inside.Add(-1)
+				p.Release()
+			}
+		})
+	}
+	wg.Wait()
+	s := g.Stats()
+	if most.Load() > 4 || s.Peak > 4 || s.InFlight != 0 || s.Waiting != 0 {
+		t.Errorf("%d inside at once; Stats %+v", most.Load(), s)
+	}
+	if total := s.Admitted + s.Shed + s.TimedOut; total != 32*300 {
+		t.Errorf("admitted %d + shed %d + timed out %d = %d, want %d", s.Admitted, s.Shed, s.TimedOut, total, 32*300)
+	}
+	if s.Waited < s.TimedOut {
+		t.Errorf("Waited %d < TimedOut %d", s.Waited, s.TimedOut)
+	}
 }
