@@ -1,0 +1,324 @@
+package adaptive_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/adaptive"
+)
+
+func mustGate(t testing.TB, n int) *limits.Gate {
+	t.Helper()
+	g, err := limits.NewGate(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func TestNewErrors(t *testing.T) {
+	g := mustGate(t, 10)
+	for _, tc := range []struct {
+		name string
+		g    *limits.Gate
+		cfg  adaptive.Config
+	}{
+		{"nil gate", nil, adaptive.Config{}},
+		{"negative Min", g, adaptive.Config{Law: adaptive.AIMD{}, Min: -1}},
+		{"Min above Max", g, adaptive.Config{Min: 10, Max: 5}},
+		{"negative Window", g, adaptive.Config{Window: -time.Second}},
+		{"negative Samples", g, adaptive.Config{Samples: -1}},
+	} {
+		if c, err := adaptive.New(tc.g, tc.cfg); c != nil || !errors.Is(err, adaptive.ErrConfig) {
+			t.Errorf("%s: New = %v, %v; want an error wrapping ErrConfig", tc.name, c, err)
+		}
+	}
+}
+
+// recorder is a law that records the windows it is shown and answers with
+// a limit set by the test.
+type recorder struct {
+	mu      sync.Mutex
+	windows []adaptive.Window
+	next    float64
+}
+
+func (r *recorder) Next(limit float64, w *adaptive.Window) float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := *w
+	r.windows = append(r.windows, c)
+	if r.next == 0 {
+		return limit
+	}
+	return r.next
+}
+
+// serve admits a request into c's gate, holds it for d, and reports it.
+func serve(c *adaptive.Controller, d time.Duration, o adaptive.Outcome) bool {
+	p, ok := c.Gate().TryEnter()
+	if !ok {
+		return false
+	}
+	start := time.Now()
+	time.Sleep(d)
+	c.Observe(time.Since(start), o)
+	p.Release()
+	return true
+}
+
+// TestControllerWindows drives a Controller without probes by hand and
+// checks what its windows hold and when they end.
+func TestControllerWindows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		law := &recorder{}
+		g := mustGate(t, 8)
+		c, err := adaptive.New(g, adaptive.Config{Law: law, Min: 2, Max: 50, Initial: 4, Window: 100 * time.Millisecond, Samples: 10, ProbeEvery: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Limit() != 4 || g.Stats().Max != 4 {
+			t.Fatalf("limit %d, gate %d, want the initial 4", c.Limit(), g.Stats().Max)
+		}
+		// A request admitted before the window began counts in none.
+		early, _ := g.TryEnter()
+		time.Sleep(time.Millisecond)
+		c = mustNew(t, g, adaptive.Config{Law: law, Min: 2, Max: 50, Initial: 4, Window: 100 * time.Millisecond, Samples: 10, ProbeEvery: -1})
+		// Four workers, each serving 10ms requests, for 100ms: the window
+		// then has 40 samples less the one still in progress per worker,
+		// and closes; it ends when those complete.
+		var wg sync.WaitGroup
+		var refused atomic.Int64
+		for range 5 { // one more than the limit: refused now and then
+			wg.Go(func() {
+				for i := range 12 {
+					o := adaptive.Success
+					if i == 3 {
+						o = adaptive.Dropped
+					}
+					if !serve(c, 10*time.Millisecond, o) {
+						refused.Add(1)
+						time.Sleep(10 * time.Millisecond)
+					}
+				}
+			})
+		}
+		time.Sleep(5 * time.Millisecond)
+		c.Observe(6*time.Millisecond, adaptive.Success) // early's: stale
+		early.Release()
+		wg.Wait()
+		law.mu.Lock()
+		defer law.mu.Unlock()
+		if len(law.windows) != 1 {
+			t.Fatalf("%d windows, want 1", len(law.windows))
+		}
+		w := law.windows[0]
+		if n := w.Samples + w.Dropped; w.Limit != 4 || w.MaxInFlight != 4 || n < 30 || n > 40 || w.Dropped < 1 || w.Mean() != 10*time.Millisecond || w.Baseline != nil {
+			t.Errorf("window %+v, mean %v", w, w.Mean())
+		}
+		if w.Refused == 0 || int64(w.Refused) > refused.Load() {
+			t.Errorf("window Refused %d, %d refused in all", w.Refused, refused.Load())
+		}
+		if d := w.End.Sub(w.Start); d != 100*time.Millisecond {
+			t.Errorf("window took admissions for %v, want 100ms", d)
+		}
+		s := c.Stats()
+		if s.Windows != 1 || s.Samples != uint64(w.Samples) || s.Dropped != uint64(w.Dropped) || s.Stale == 0 || len(s.History) != 1 || !near(s.Last.P50, 10*time.Millisecond) {
+			t.Errorf("Stats %+v", s)
+		}
+	})
+}
+
+func mustNew(t testing.TB, g *limits.Gate, cfg adaptive.Config) *adaptive.Controller {
+	t.Helper()
+	c, err := adaptive.New(g, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestControllerBounds checks that the limit a law asks for is clamped to
+// [Min, Max], and that NaN keeps the limit.
+func TestControllerBounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		law := &recorder{next: 1000}
+		g := mustGate(t, 4)
+		c := mustNew(t, g, adaptive.Config{Law: law, Min: 2, Max: 6, Window: time.Millisecond, Samples: 1, ProbeEvery: -1})
+		for _, want := range []int{6, 2, 2} {
+			serve(c, 2*time.Millisecond, adaptive.Success)
+			if got := g.Stats().Max; got != want || c.Limit() != want {
+				t.Errorf("gate %d, limit %d, want %d", got, c.Limit(), want)
+			}
+			law.mu.Lock()
+			switch law.next {
+			case 1000:
+				law.next = -5
+			default:
+				law.next = 0 / zero
+			}
+			law.mu.Unlock()
+		}
+	})
+}
+
+var zero = 0.0
+
+// near reports whether d is within the histogram's resolution of want.
+func near(d, want time.Duration) bool {
+	return d >= want*7/8 && d <= want*9/8
+}
+
+// TestControllerProbes checks the baseline measurement: the first probe
+// at half the initial limit, a second at half that when latency fell, the
+// limit restored after, and the next probe after ProbeEvery.
+func TestControllerProbes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		law := &recorder{}
+		g := mustGate(t, 100)
+		c := mustNew(t, g, adaptive.Config{Law: law, Initial: 40, Window: time.Millisecond, Samples: 10, ProbeEvery: time.Second})
+		if got := g.Stats().Max; got != 20 || !c.Stats().Probing {
+			t.Fatalf("gate %d, want a probe at 20", got)
+		}
+		// A service of capacity 10: past it, requests wait.
+		service := func(inside int) time.Duration {
+			return time.Duration(10+max(inside-10, 0)) * time.Millisecond
+		}
+		run := func(d time.Duration) {
+			end := time.Now().Add(d)
+			var wg sync.WaitGroup
+			for range 40 {
+				wg.Go(func() {
+					for time.Now().Before(end) {
+						p, ok := g.TryEnter()
+						if !ok {
+							time.Sleep(time.Millisecond)
+							continue
+						}
+						start := time.Now()
+						time.Sleep(service(g.InFlight()))
+						c.Observe(time.Since(start), adaptive.Success)
+						p.Release()
+					}
+				})
+			}
+			wg.Wait()
+		}
+		run(300 * time.Millisecond)
+		s := c.Stats()
+		if s.Probing || s.Probes != 1 || !near(s.Baseline, 10*time.Millisecond) {
+			t.Fatalf("after the first probe: %+v", s)
+		}
+		var probes []int
+		for _, h := range s.History {
+			if h.Probe {
+				probes = append(probes, h.Limit)
+			}
+		}
+		// At 20: 20ms; at 10: 10ms, lower, so at 5: 10ms, the baseline;
+		// then the limit back to 40, but no higher than 20, which the
+		// probes found past the capacity.
+		if len(probes) != 3 || probes[0] != 10 || probes[1] != 5 || probes[2] != 20 {
+			t.Errorf("limits after probe windows %v, want [10 5 20]", probes)
+		}
+		law.mu.Lock()
+		if len(law.windows) == 0 || law.windows[0].Baseline == nil || !near(law.windows[0].Baseline.Quantile(0.5), 10*time.Millisecond) {
+			t.Errorf("the law saw no baseline: %d windows, Stats %+v", len(law.windows), s)
+		}
+		law.mu.Unlock()
+		run(time.Second)
+		if s := c.Stats(); s.Probes != 2 {
+			t.Errorf("%d probes after a second, want 2", s.Probes)
+		}
+	})
+}
+
+// TestControllerAllocs checks that Observe allocates nothing, windows
+// ending included.
+func TestControllerAllocs(t *testing.T) {
+	g := mustGate(t, 8)
+	c := mustNew(t, g, adaptive.Config{Window: time.Nanosecond, Samples: 10, ProbeEvery: -1})
+	allocs := testing.AllocsPerRun(1000, func() {
+		p, _ := g.TryEnter()
+		c.Observe(0, adaptive.Success)
+		p.Release()
+	})
+	if allocs != 0 {
+		t.Errorf("TryEnter, Observe and Release allocate %v times per run, want 0", allocs)
+	}
+	if s := c.Stats(); s.Windows == 0 {
+		t.Errorf("no window ended: %+v", s)
+	}
+}
+
+// TestControllerConcurrent runs many goroutines through an adaptive gate
+// and checks the gate's guarantees: never more inside than the limit, and
+// exact counters.
+func TestControllerConcurrent(t *testing.T) {
+	g := mustGate(t, 8)
+	g.AdaptWait(time.Millisecond)
+	c := mustNew(t, g, adaptive.Config{Min: 2, Max: 16, Window: 200 * time.Microsecond, Samples: 20, ProbeEvery: 5 * time.Millisecond})
+	var inside, most atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for range 200 {
+				p, ok := g.Enter(context.Background(), 50*time.Microsecond)
+				if !ok {
+					continue
+				}
+				start := time.Now()
+				n := inside.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(time.Duration(n) * 10 * time.Microsecond)
+				inside.Add(-1)
+				c.Observe(time.Since(start), adaptive.Success)
+				p.Release()
+			}
+		})
+	}
+	wg.Wait()
+	s := c.Stats()
+	if most.Load() > 16 || s.Gate.Peak > 16 || s.Gate.InFlight != 0 {
+		t.Errorf("%d inside at once, gate %+v", most.Load(), s.Gate)
+	}
+	if total := s.Gate.Admitted + s.Gate.Shed + s.Gate.TimedOut; total != 32*200 {
+		t.Errorf("admitted %d + shed %d + timed out %d = %d, want %d", s.Gate.Admitted, s.Gate.Shed, s.Gate.TimedOut, total, 32*200)
+	}
+	if s.Limit < 2 || s.Limit > 16 || s.Windows == 0 {
+		t.Errorf("Stats %+v", s)
+	}
+}
+
+// TestControllerIgnored checks that a request reported Ignored completes
+// its window without its latency counting.
+func TestControllerIgnored(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		law := &recorder{}
+		g := mustGate(t, 8)
+		c := mustNew(t, g, adaptive.Config{Law: law, Window: time.Millisecond, Samples: 2, ProbeEvery: -1})
+		var wg sync.WaitGroup
+		wg.Go(func() { serve(c, 10*time.Millisecond, adaptive.Success) })
+		wg.Go(func() { serve(c, 10*time.Millisecond, adaptive.Success) })
+		wg.Go(func() { serve(c, time.Millisecond, adaptive.Ignored) })
+		wg.Wait()
+		law.mu.Lock()
+		defer law.mu.Unlock()
+		if len(law.windows) != 1 {
+			t.Fatalf("%d windows, want 1", len(law.windows))
+		}
+		if w := law.windows[0]; w.Samples != 2 || w.Ignored != 1 || w.Dropped != 0 || w.Mean() != 10*time.Millisecond {
+			t.Errorf("window %+v, mean %v", w, w.Mean())
+		}
+		if s := c.Stats(); s.Samples != 2 || s.Ignored != 1 {
+			t.Errorf("Stats %+v", s)
+		}
+	})
+}

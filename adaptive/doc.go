@@ -1,0 +1,30 @@
+// Package adaptive finds a process's capacity while it runs: a Controller
+// moves a limits.Gate's maximum, the requests it admits at once, between a
+// floor and a ceiling, from the latency of the requests it admitted.
+//
+// A fixed maximum has to be measured (cmd/limits-capacity finds the knee
+// of latency against concurrency), and is wrong as soon as the machine, the
+// code or a dependency changes. A Controller measures all the time: while
+// latency stays near what requests take without queueing (the baseline,
+// which it measures now and then at low concurrency), the limit rises; as
+// queues form and latency grows, it falls. The law that maps a window of
+// latencies to the next limit is a Law: Gradient (the default) and Vegas
+// read latency, AIMD reads failures, Lowest combines them.
+//
+// The gate keeps its guarantees whatever the law does: never more requests
+// inside than its current maximum, a bounded wait, exact counters. A front
+// end uses the gate as it would a fixed one, and tells the Controller how
+// each admitted request went:
+//
+//	p, ok := gate.TryEnter()
+//	if !ok {
+//		// refuse: 503
+//	}
+//	start := time.Now()
+//	serve()
+//	ctrl.Observe(time.Since(start), adaptive.Success)
+//	p.Release()
+//
+// Pair it with Gate.AdaptWait for a wait that absorbs bursts near capacity
+// and stops under sustained overload.
+package adaptive

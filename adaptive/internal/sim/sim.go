@@ -1,0 +1,466 @@
+// Package sim simulates a service of known capacity behind a limits.Gate,
+// under open-loop load, to show how a gate, fixed or moved by an
+// adaptive.Controller, holds its latency. Runs are deterministic: they
+// must run in a testing/synctest bubble, whose clock the gate and the
+// controller read, and draw every random number from a seeded source in
+// the order of arrivals.
+package sim
+
+import (
+	"container/heap"
+	"context"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing/synctest"
+	"time"
+
+	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/adaptive"
+)
+
+// Service is a model of a service: Servers workers, each serving one
+// request at a time, in the order they came, for a time drawn from an
+// exponential distribution of mean Mean. Its capacity is Servers
+// requests at once, Servers/Mean a second; past it, requests queue.
+type Service struct {
+	Servers int
+	Mean    time.Duration
+	// Changes sets Servers to a new number at given times, in order: a
+	// slower dependency, a lost core.
+	Changes []Change
+	// Timeout, if positive, fails a request that has waited that long for
+	// a worker, at once, as a server with a queue timeout does: the
+	// request is Dropped, and counts as served in Failed.
+	Timeout time.Duration
+}
+
+// Change is a change of a Service's workers.
+type Change struct {
+	At      time.Duration
+	Servers int
+}
+
+// Phase is a stretch of open-loop load: requests arrive at random, Rate a
+// second on average, until Until from the start.
+type Phase struct {
+	Until time.Duration
+	Rate  float64
+}
+
+// Front is what stands between the clients and the service.
+type Front struct {
+	// Gate admits requests; nil admits all.
+	Gate *limits.Gate
+	// Ctrl, if set, is told of each request served.
+	Ctrl *adaptive.Controller
+	// Wait is how long a request may wait in Gate.Enter; 0 uses TryEnter.
+	Wait time.Duration
+}
+
+// Config is a run.
+type Config struct {
+	Seed    uint64
+	Service Service
+	Load    []Phase // the run ends with the last phase
+	Front   Front
+	// Bucket is the step of the time series; 0 means 250ms.
+	Bucket time.Duration
+}
+
+// Request is what happened to one request.
+type Request struct {
+	Arrive   time.Duration // from the start of the run
+	Admitted bool
+	Wait     time.Duration // in the gate, admitted or not
+	Done     bool          // served (or failed) before the run ended
+	Failed   bool          // failed by the service's Timeout
+	Latency  time.Duration // from admission to the end of service
+}
+
+// Bucket is a step of the time series.
+type Bucket struct {
+	End      time.Duration
+	Limit    int // the gate's maximum at End; 0 without a gate
+	Probing  bool
+	Servers  int
+	InFlight int // admitted and not done, at End
+	// Arrived, Admitted and Refused count the requests that arrived in the
+	// step; Done those served in it, of which P50 and P99 are the latency
+	// percentiles, and Failed those the service failed.
+	Arrived, Admitted, Refused, Done, Failed int
+	P50, P99                                 time.Duration
+}
+
+// Result is a run's record.
+type Result struct {
+	Requests []Request
+	Buckets  []Bucket
+}
+
+// req is a request in the run.
+type req struct {
+	Request
+	id      int
+	service time.Duration
+	admit   time.Duration
+	permit  limits.Permit
+	started bool // by a worker
+}
+
+type evKind uint8
+
+const (
+	evDone evKind = iota // ordered first at one instant: places freed before taken
+	evChange
+	evStart
+	evArrive
+	evBucket
+	evTimeout
+)
+
+type event struct {
+	at   time.Duration
+	kind evKind
+	id   int
+	r    *req
+}
+
+type events []event
+
+func (e events) Len() int { return len(e) }
+func (e events) Less(i, j int) bool {
+	a, b := e[i], e[j]
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	if a.kind != b.kind {
+		return a.kind < b.kind
+	}
+	return a.id < b.id
+}
+func (e events) Swap(i, j int) { e[i], e[j] = e[j], e[i] }
+func (e *events) Push(x any)   { *e = append(*e, x.(event)) }
+func (e *events) Pop() any {
+	old := *e
+	x := old[len(old)-1]
+	*e = old[:len(old)-1]
+	return x
+}
+
+// run is the state of a run.
+type run struct {
+	cfg   Config
+	rng   *rand.Rand
+	t0    time.Time
+	mu    sync.Mutex // guards evs and the requests' fields, written by waiters
+	evs   events
+	reqs  []*req
+	busy  int
+	serve int // workers now
+	queue []*req
+	// The bucket being filled.
+	b    Bucket
+	lats []time.Duration
+	out  []Bucket
+}
+
+// Run runs cfg and returns its record. It must be called in a synctest
+// bubble, in which cfg's gate and controller were made.
+func Run(cfg Config) *Result {
+	if cfg.Bucket == 0 {
+		cfg.Bucket = 250 * time.Millisecond
+	}
+	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), t0: time.Now(), serve: cfg.Service.Servers}
+	end := cfg.Load[len(cfg.Load)-1].Until
+	r.push(event{at: r.interarrival(0), kind: evArrive})
+	for i, c := range cfg.Service.Changes {
+		r.push(event{at: c.At, kind: evChange, id: i})
+	}
+	for t := cfg.Bucket; t <= end; t += cfg.Bucket {
+		r.push(event{at: t, kind: evBucket})
+	}
+	waiters := cfg.Front.Gate != nil && cfg.Front.Wait > 0
+	for {
+		r.mu.Lock()
+		if len(r.evs) == 0 {
+			r.mu.Unlock()
+			break
+		}
+		ev := heap.Pop(&r.evs).(event)
+		r.mu.Unlock()
+		if ev.at > end {
+			break
+		}
+		if d := ev.at - time.Since(r.t0); d > 0 {
+			time.Sleep(d)
+		}
+		r.handle(ev, end)
+		if waiters {
+			synctest.Wait() // let woken waiters push their events
+		}
+	}
+	if waiters {
+		// Let the callers still waiting give up, for the bubble to end.
+		time.Sleep(cfg.Front.Wait)
+		synctest.Wait()
+	}
+	res := &Result{Buckets: r.out, Requests: make([]Request, len(r.reqs))}
+	r.mu.Lock()
+	for i, q := range r.reqs {
+		res.Requests[i] = q.Request
+	}
+	r.mu.Unlock()
+	return res
+}
+
+func (r *run) push(ev event) {
+	r.mu.Lock()
+	heap.Push(&r.evs, ev)
+	r.mu.Unlock()
+}
+
+// rate returns the arrival rate at t.
+func (r *run) rate(t time.Duration) float64 {
+	for _, p := range r.cfg.Load {
+		if t < p.Until {
+			return p.Rate
+		}
+	}
+	return 0
+}
+
+// interarrival returns the time of the arrival after one at t.
+func (r *run) interarrival(t time.Duration) time.Duration {
+	for {
+		rate := r.rate(t)
+		if rate <= 0 {
+			return 1<<62 - 1
+		}
+		next := even(t + time.Duration(r.rng.ExpFloat64()/rate*float64(time.Second)))
+		// A draw that crosses into another phase is redrawn from its start,
+		// which the memorylessness of the exponential allows.
+		for _, p := range r.cfg.Load {
+			if t < p.Until && next >= p.Until {
+				next = -1
+				t = p.Until
+				break
+			}
+			if t < p.Until {
+				break
+			}
+		}
+		if next >= 0 {
+			return next
+		}
+	}
+}
+
+func (r *run) handle(ev event, end time.Duration) {
+	now := ev.at
+	switch ev.kind {
+	case evArrive:
+		q := &req{id: len(r.reqs), service: even(time.Duration(r.rng.ExpFloat64() * float64(r.cfg.Service.Mean)))}
+		q.Arrive = now
+		r.mu.Lock()
+		r.reqs = append(r.reqs, q)
+		r.b.Arrived++
+		r.mu.Unlock()
+		r.push(event{at: r.interarrival(now), kind: evArrive})
+		r.admit(q)
+	case evStart:
+		r.start(ev.r, now)
+	case evDone:
+		q := ev.r
+		if !q.Failed {
+			r.busy--
+			r.startQueued(now)
+		}
+		r.mu.Lock()
+		q.Done, q.Latency = true, now-q.admit
+		o := adaptive.Success
+		if q.Failed {
+			o = adaptive.Dropped
+			r.b.Failed++
+		} else {
+			r.b.Done++
+			r.lats = append(r.lats, q.Latency)
+		}
+		r.mu.Unlock()
+		if r.cfg.Front.Ctrl != nil {
+			r.cfg.Front.Ctrl.Observe(q.Latency, o)
+		}
+		q.permit.Release()
+	case evTimeout:
+		if q := ev.r; !q.started {
+			// Still waiting for a worker: fail it now.
+			r.mu.Lock()
+			q.Failed = true
+			r.mu.Unlock()
+			r.handle(event{at: now, kind: evDone, id: q.id, r: q}, end)
+		}
+	case evChange:
+		r.serve = r.cfg.Service.Changes[ev.id].Servers
+		r.startQueued(now)
+	case evBucket:
+		r.bucket(now)
+	}
+}
+
+// admit passes q through the front.
+func (r *run) admit(q *req) {
+	f := r.cfg.Front
+	switch {
+	case f.Gate == nil:
+		r.mu.Lock()
+		q.Admitted = true
+		r.b.Admitted++
+		q.admit = q.Arrive
+		r.mu.Unlock()
+		r.start(q, q.Arrive)
+	case f.Wait <= 0:
+		var ok bool
+		q.permit, ok = f.Gate.TryEnter()
+		r.mu.Lock()
+		r.admitted(q, ok, q.Arrive)
+		r.mu.Unlock()
+		if ok {
+			r.start(q, q.Arrive)
+		}
+	default:
+		go func() {
+			var ok bool
+			// An odd wait: its end never falls on an event's time.
+			q.permit, ok = f.Gate.Enter(context.Background(), f.Wait|1)
+			now := time.Since(r.t0)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.admitted(q, ok, now)
+			if ok {
+				heap.Push(&r.evs, event{at: now, kind: evStart, id: q.id, r: q})
+			}
+		}()
+	}
+}
+
+// admitted records the gate's answer to q at now. r.mu is held.
+func (r *run) admitted(q *req, ok bool, now time.Duration) {
+	q.Admitted, q.Wait, q.admit = ok, now-q.Arrive, now
+	if ok {
+		r.b.Admitted++
+	} else {
+		r.b.Refused++
+	}
+}
+
+// start hands q to the service at now.
+func (r *run) start(q *req, now time.Duration) {
+	if r.busy < r.serve && len(r.queue) == 0 {
+		r.busy++
+		q.started = true
+		r.push(event{at: now + q.service, kind: evDone, id: q.id, r: q})
+		return
+	}
+	r.queue = append(r.queue, q)
+	if t := r.cfg.Service.Timeout; t > 0 {
+		r.push(event{at: now + t, kind: evTimeout, id: q.id, r: q})
+	}
+}
+
+// startQueued starts queued requests while workers are free, skipping
+// those the service has failed.
+func (r *run) startQueued(now time.Duration) {
+	for r.busy < r.serve && len(r.queue) > 0 {
+		q := r.queue[0]
+		r.queue = r.queue[1:]
+		if q.Failed {
+			continue
+		}
+		r.busy++
+		q.started = true
+		r.push(event{at: now + q.service, kind: evDone, id: q.id, r: q})
+	}
+}
+
+// bucket closes the step ending at now.
+func (r *run) bucket(now time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := r.b
+	b.End, b.Servers = now, r.serve
+	if g := r.cfg.Front.Gate; g != nil {
+		s := g.Stats()
+		b.Limit, b.InFlight = s.Max, s.InFlight
+	} else {
+		b.InFlight = r.busy + len(r.queue)
+	}
+	if c := r.cfg.Front.Ctrl; c != nil {
+		b.Probing = c.Stats().Probing
+	}
+	b.P50, b.P99 = Percentile(r.lats, 0.5), Percentile(r.lats, 0.99)
+	r.out = append(r.out, b)
+	r.b, r.lats = Bucket{}, r.lats[:0]
+}
+
+// even rounds d up to an even number of nanoseconds. Events fall on
+// even times, and waits in the gate last an odd time, so that a waiter
+// giving up never does so at the instant of an event: the two would run
+// at once, in no fixed order.
+func even(d time.Duration) time.Duration { return (d + 1) &^ 1 }
+
+// Percentile returns the q quantile of ds by the nearest rank, or 0 for
+// none. It sorts ds.
+func Percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := int(q*float64(len(ds))+0.999999) - 1
+	return ds[min(max(i, 0), len(ds)-1)]
+}
+
+// Summary sums up the requests that arrived in a stretch of a run.
+type Summary struct {
+	Arrived, Admitted, Refused int
+	// Served counts the admitted requests served before the run ended.
+	Served int
+	// Throughput is the admitted requests a second.
+	Throughput float64
+	// P50 and P99 are the latency percentiles of the requests served,
+	// from admission; Mean their mean.
+	P50, P99, Mean time.Duration
+	// RefusedP50 and RefusedP99 are the percentiles of the time a refused
+	// request waited before its refusal.
+	RefusedP50, RefusedP99 time.Duration
+}
+
+// Summarize sums up the requests that arrived in [from, to).
+func (res *Result) Summarize(from, to time.Duration) Summary {
+	var s Summary
+	var lat, ref []time.Duration
+	var sum time.Duration
+	for _, q := range res.Requests {
+		if q.Arrive < from || q.Arrive >= to {
+			continue
+		}
+		s.Arrived++
+		if !q.Admitted {
+			s.Refused++
+			ref = append(ref, q.Wait)
+			continue
+		}
+		s.Admitted++
+		if q.Done {
+			s.Served++
+			lat = append(lat, q.Latency)
+			sum += q.Latency
+		}
+	}
+	s.Throughput = float64(s.Admitted) / (to - from).Seconds()
+	s.P50, s.P99 = Percentile(lat, 0.5), Percentile(lat, 0.99)
+	if len(lat) > 0 {
+		s.Mean = sum / time.Duration(len(lat))
+	}
+	s.RefusedP50, s.RefusedP99 = Percentile(ref, 0.5), Percentile(ref, 0.99)
+	return s
+}

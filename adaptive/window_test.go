@@ -1,0 +1,89 @@
+package adaptive
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestBuckets(t *testing.T) {
+	prev := -1
+	for _, ns := range []int64{0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 1000, 1 << 20, 1<<20 + 1, 1<<42 - 1} {
+		i := bucketOf(ns)
+		if i < prev {
+			t.Errorf("bucketOf(%d) = %d, below the bucket of a smaller latency, %d", ns, i, prev)
+		}
+		prev = i
+		lo, width := bucketBounds(i)
+		if float64(ns) < lo || float64(ns) >= lo+width {
+			t.Errorf("bucketOf(%d) = %d, which holds [%v, %v)", ns, i, lo, lo+width)
+		}
+		if i >= sub && width > lo/sub {
+			t.Errorf("bucket %d is %v wide from %v: more than 1/%d", i, width, lo, sub)
+		}
+	}
+	for _, ns := range []int64{-5, 1 << 42, math.MaxInt64} {
+		if i := bucketOf(ns); i < 0 || i >= nBuckets {
+			t.Errorf("bucketOf(%d) = %d, out of [0, %d)", ns, i, nBuckets)
+		}
+	}
+}
+
+// TestQuantile compares Window's quantiles, read from its histogram, with
+// the exact ones of the latencies it was given.
+func TestQuantile(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	// Within a bucket, latencies are taken as spread evenly: the error is
+	// at most the bucket's width, and small where latencies spread.
+	for _, dist := range []struct {
+		name string
+		tol  float64
+		draw func() int64
+	}{
+		{"exponential 10ms", 0.02, func() int64 { return int64(rng.ExpFloat64() * 10e6) }},
+		{"uniform 1-2ms", 1.0 / sub, func() int64 { return int64(1e6 + rng.Float64()*1e6) }},
+		{"fixed 20ms", 1.0 / sub, func() int64 { return 20e6 }},
+	} {
+		var w Window
+		var all []int64
+		var sum int64
+		for range 10_000 {
+			ns := dist.draw()
+			w.add(ns)
+			all = append(all, ns)
+			sum += ns
+		}
+		slices.Sort(all)
+		for _, q := range []float64{0.1, 0.5, 0.9, 0.99} {
+			exact := float64(all[int(q*float64(len(all)))])
+			got := float64(w.Quantile(q))
+			if math.Abs(got-exact) > dist.tol*exact {
+				t.Errorf("%s: Quantile(%v) = %v, exact %v", dist.name, q, time.Duration(got), time.Duration(exact))
+			}
+		}
+		if got, want := w.Mean(), time.Duration(sum/int64(len(all))); got != want {
+			t.Errorf("%s: Mean = %v, want %v", dist.name, got, want)
+		}
+	}
+	var empty Window
+	if empty.Quantile(0.5) != 0 || empty.Mean() != 0 || empty.Above(time.Second) != 0 {
+		t.Error("an empty window has latencies")
+	}
+}
+
+func TestAbove(t *testing.T) {
+	var w Window
+	for _, ms := range []int64{1, 2, 5, 10, 50, 100} {
+		w.add(ms * 1e6)
+	}
+	for _, c := range []struct {
+		d    time.Duration
+		want int
+	}{{0, 6}, {time.Millisecond / 2, 6}, {3 * time.Millisecond, 4}, {20 * time.Millisecond, 2}, {time.Second, 0}} {
+		if got := w.Above(c.d); got != c.want {
+			t.Errorf("Above(%v) = %d, want %d", c.d, got, c.want)
+		}
+	}
+}
