@@ -167,10 +167,10 @@ func New(g *limits.Gate, cfg Config) (*Controller, error) {
 		epoch:      time.Now(),
 		history:    make([]Step, 0, cmp0(cfg.History, DefaultHistory)),
 	}
-	switch {
-	case c.law == nil:
+	if c.law == nil {
 		c.law = Gradient{}
-	case cfg.Min < 0 || cfg.Max < 0 || cfg.Initial < 0:
+	}
+	if cfg.Min < 0 || cfg.Max < 0 || cfg.Initial < 0 {
 		return nil, fmt.Errorf("%w: Min, Max and Initial must be >= 0, got %d, %d, %d", ErrConfig, cfg.Min, cfg.Max, cfg.Initial)
 	}
 	if c.min < 1 || c.max < c.min {

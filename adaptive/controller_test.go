@@ -32,6 +32,7 @@ func TestNewErrors(t *testing.T) {
 		{"nil gate", nil, adaptive.Config{}},
 		{"negative Min", g, adaptive.Config{Law: adaptive.AIMD{}, Min: -1}},
 		{"Min above Max", g, adaptive.Config{Min: 10, Max: 5}},
+		{"negative Initial, default law", g, adaptive.Config{Initial: -1}},
 		{"negative Window", g, adaptive.Config{Window: -time.Second}},
 		{"negative Samples", g, adaptive.Config{Samples: -1}},
 	} {
