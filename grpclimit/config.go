@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/adaptive"
 	"github.com/limitsgo/limits/internal/front"
 )
 
@@ -27,12 +28,31 @@ type Config struct {
 	// MaxInFlight caps the calls being served at once in the process, with
 	// a limits.Gate; 0 sets no cap. A call that finds the gate full is
 	// refused with codes.Unavailable and reason server_busy. A stream holds
-	// its place only while it is set up (see Interceptor.Stream).
+	// its place only while it is set up (see Interceptor.Stream). With
+	// Adaptive, it is the ceiling of the adaptive limit.
 	MaxInFlight int
 	// QueueWait is how long a call may wait for room in the gate before it
 	// is refused; 0 refuses at once. Keep it short: it is for bursts that
 	// clear within milliseconds, not a queue.
 	QueueWait time.Duration
+	// QueueAdapt, if positive, lets the gate stop queueing while waiting
+	// does not help (see limits.Gate.AdaptWait): every QueueAdapt, it looks
+	// at the calls that waited, and refuses at once for a while if most
+	// waited QueueWait in vain. 100ms suits a QueueWait of a few
+	// milliseconds; 0 never stops. It needs MaxInFlight.
+	QueueAdapt time.Duration
+	// Adaptive, if set, lets the gate find its own limit: an
+	// adaptive.Controller moves it between Adaptive.Min and MaxInFlight
+	// (or Adaptive.Max, if lower) from the latency of the calls it admits,
+	// measured from their admission until the handler returns (a unary
+	// call), the stream is established, or ReleaseCapacity is called. A
+	// call refused by a later layer does not count; one that ends with
+	// codes.Unavailable or codes.DeadlineExceeded, or passes Timeout,
+	// counts as a sign of overload (adaptive.Dropped). It starts from
+	// Adaptive.Initial, or MaxInFlight, and lowers the limit from there as
+	// queueing shows. It needs MaxInFlight; the zero adaptive.Config is
+	// usable.
+	Adaptive *adaptive.Config
 	// Timeout, if positive, is a deadline for each unary call: when it
 	// passes, the handler's context is cancelled and the client gets
 	// codes.DeadlineExceeded with reason request_timeout, while the call
@@ -242,6 +262,9 @@ const (
 	EnvMaxKeys              = "LIMITS_MAX_KEYS"                // MaxKeys, an integer >= 1
 	EnvMaxInFlight          = "LIMITS_MAX_INFLIGHT"            // MaxInFlight, an integer >= 1
 	EnvQueueWait            = "LIMITS_QUEUE_WAIT"              // QueueWait, a duration such as "20ms", or 0
+	EnvQueueAdapt           = "LIMITS_QUEUE_ADAPT"             // QueueAdapt, a duration such as "100ms", or 0
+	EnvAdaptive             = "LIMITS_ADAPTIVE"                // Adaptive's law: gradient, vegas, aimd, or off for none
+	EnvAdaptiveMin          = "LIMITS_ADAPTIVE_MIN"            // Adaptive.Min, an integer >= 1; needs Adaptive
 	EnvTimeout              = "LIMITS_TIMEOUT"                 // Timeout, a duration such as "10s"
 	EnvBusyRetryAfter       = "LIMITS_BUSY_RETRY_AFTER"        // BusyRetryAfter, a duration such as "2s"
 	EnvLimiterTimeout       = "LIMITS_LIMITER_TIMEOUT"         // LimiterTimeout, a duration such as "100ms"
@@ -271,6 +294,8 @@ func (c *Config) LoadEnv(prefix string, lookup func(string) (string, bool)) erro
 	e.Integer(EnvMaxKeys, &c.MaxKeys)
 	e.Integer(EnvMaxInFlight, &c.MaxInFlight)
 	e.Duration(EnvQueueWait, &c.QueueWait, true)
+	e.Duration(EnvQueueAdapt, &c.QueueAdapt, true)
+	e.Adaptive(EnvAdaptive, EnvAdaptiveMin, &c.Adaptive)
 	e.Duration(EnvTimeout, &c.Timeout, false)
 	e.Duration(EnvBusyRetryAfter, &c.BusyRetryAfter, false)
 	e.Duration(EnvLimiterTimeout, &c.LimiterTimeout, false)

@@ -58,7 +58,7 @@ func TestPanicsGiveBack(t *testing.T) {
 				}
 			}
 			waitFor(t, "everything given back", func() bool {
-				return it.gate.Stats().InFlight == 0 && it.calls.Len() == 0 && it.streams.Len() == 0
+				return it.capacity.Gate.Stats().InFlight == 0 && it.calls.Len() == 0 && it.streams.Len() == 0
 			})
 			if s := it.Stats(); s.ServerBusy+s.ConcurrencyLimited != 0 {
 				t.Errorf("calls refused after panics: %+v", s)
@@ -95,12 +95,12 @@ func TestTimeout(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("the refusal took %v", d)
 	}
-	if n := it.gate.Stats().InFlight; n != 1 || it.calls.Len() != 1 {
+	if n := it.capacity.Gate.Stats().InFlight; n != 1 || it.calls.Len() != 1 {
 		t.Errorf("while the handler still runs: %d in the gate, %d clients counted; want both 1", n, it.calls.Len())
 	}
 	close(release)
 	<-returned
-	waitFor(t, "the place given back", func() bool { return it.gate.Stats().InFlight == 0 && it.calls.Len() == 0 })
+	waitFor(t, "the place given back", func() bool { return it.capacity.Gate.Stats().InFlight == 0 && it.calls.Len() == 0 })
 
 	if _, _, err := say(conn, "polite"); ReasonOf(err) != ReasonRequestTimeout {
 		t.Errorf("a handler that heeds its context: %v", err)
@@ -113,7 +113,7 @@ func TestTimeout(t *testing.T) {
 	if err := conn.Invoke(ctx, methodSay, wrapperspb.String("polite"), &out); status.Code(err) != codes.DeadlineExceeded {
 		t.Errorf("the client's own deadline: %v", err)
 	}
-	waitFor(t, "the place given back", func() bool { return it.gate.Stats().InFlight == 0 })
+	waitFor(t, "the place given back", func() bool { return it.capacity.Gate.Stats().InFlight == 0 })
 	if s := it.Stats(); s.RequestTimeout != 2 || s.Allowed != 4 {
 		t.Errorf("Stats %+v: want 2 timeouts (the client's own not counted), 4 allowed", s)
 	}
@@ -212,7 +212,7 @@ func TestStress(t *testing.T) {
 	}
 	wg.Wait()
 	waitFor(t, "everything given back", func() bool {
-		return it.gate.Stats().InFlight == 0 && it.calls.Len() == 0 && it.streams.Len() == 0
+		return it.capacity.Gate.Stats().InFlight == 0 && it.calls.Len() == 0 && it.streams.Len() == 0
 	})
 	s := it.Stats()
 	if s.Gate.Peak > 3 {

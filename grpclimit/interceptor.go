@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/adaptive"
 	"github.com/limitsgo/limits/internal/front"
 )
 
@@ -40,8 +41,9 @@ const (
 //  1. Exemptions: methods picked by Config.Exempt (the health service by
 //     default) bypass every layer.
 //  2. Capacity: a limits.Gate caps the calls in progress in the process
-//     (Unavailable server_busy), and a deadline bounds each unary call
-//     (DeadlineExceeded request_timeout).
+//     (Unavailable server_busy), at a fixed number or one that package
+//     adaptive finds from latency (Config.Adaptive), and a deadline bounds
+//     each unary call (DeadlineExceeded request_timeout).
 //  3. Rate: a bucket per client address, then one per caller key if
 //     configured (ResourceExhausted rate_limited).
 //  4. Concurrency: caps on the unary calls and on the streams one client
@@ -65,8 +67,7 @@ const (
 // value is not usable.
 type Interceptor struct {
 	exempt    func(string) bool
-	gate      *limits.Gate
-	queueWait time.Duration
+	capacity  *front.Capacity // nil: no gate
 	timeout   time.Duration
 	busyRetry time.Duration
 
@@ -131,6 +132,9 @@ type Stats struct {
 	ConcurrencyTableFull uint64 `json:"concurrency_table_full"`
 	// Gate holds the gate's counters, if Config.MaxInFlight is set.
 	Gate *limits.GateStats `json:"gate,omitempty"`
+	// Adaptive holds the adaptive limit's state and recent history, if
+	// Config.Adaptive is set.
+	Adaptive *adaptive.Stats `json:"adaptive,omitempty"`
 	// Policies holds the counts of each rate policy, in the order they
 	// apply.
 	Policies []PolicyStats `json:"policies,omitempty"`
@@ -184,7 +188,6 @@ func New(cfg Config) (*Interceptor, error) {
 	}
 	it := &Interceptor{
 		exempt:    cfg.Exempt,
-		queueWait: cfg.QueueWait,
 		timeout:   cfg.Timeout,
 		busyRetry: cfg.BusyRetryAfter,
 		messages:  cfg.LimitMessages,
@@ -238,8 +241,11 @@ func New(cfg Config) (*Interceptor, error) {
 	}
 
 	it.admit = front.Admission{FailOpen: cfg.OnLimiterError == FailOpen, Counts: &it.n.Rates, OnError: it.logLimiter}
-	if cfg.MaxInFlight > 0 {
-		it.gate, _ = limits.NewGate(cfg.MaxInFlight) // cannot fail: MaxInFlight > 0
+
+	if it.capacity, err = front.NewCapacity(front.CapacityConfig{
+		Max: cfg.MaxInFlight, Wait: cfg.QueueWait, Adapt: cfg.QueueAdapt, Adaptive: cfg.Adaptive,
+	}); err != nil {
+		return nil, fmt.Errorf("grpclimit: %w", err)
 	}
 	maxKeys := front.Or(cfg.MaxKeys, DefaultMaxKeys)
 	if cfg.MaxInFlightPerClient > 0 {
@@ -281,10 +287,7 @@ func (it *Interceptor) Stats() Stats {
 		ConcurrencyLimited:   t.ConcurrencyLimited,
 		ConcurrencyTableFull: t.ConcurrencyTableFull,
 	}
-	if it.gate != nil {
-		g := it.gate.Stats()
-		s.Gate = &g
-	}
+	s.Gate, s.Adaptive = it.capacity.Stats()
 	for _, p := range front.PolicyTotalsOf(it.rates) {
 		s.Policies = append(s.Policies, PolicyStats(p))
 	}
@@ -322,7 +325,7 @@ func (it *Interceptor) Reset(ctx context.Context, key string) error {
 // to the handler, so that ReleaseCapacity can find it.
 type hold struct {
 	context.Context
-	permit limits.Permit
+	held   front.Held // the call's place in the gate
 	slots  *front.Slots
 	client string // the address key counted in slots
 }
@@ -337,10 +340,10 @@ func (q *hold) Value(key any) any {
 	return q.Context.Value(key)
 }
 
-// release gives back everything the call holds. It is called once, when
-// the handler has returned.
-func (q *hold) release() {
-	q.permit.Release()
+// release gives back everything the call holds, telling an adaptive gate
+// how the call went. It is called once, when the handler has returned.
+func (q *hold) release(o adaptive.Outcome) {
+	q.held.Leave(o)
 	if q.slots != nil {
 		q.slots.Release(q.client)
 		q.slots = nil
@@ -356,7 +359,7 @@ func (q *hold) release() {
 // kept until the handler returns.
 func ReleaseCapacity(ctx context.Context) {
 	if q, ok := ctx.Value(holdKey{}).(*hold); ok {
-		q.permit.Release()
+		q.held.Leave(adaptive.Success)
 	}
 }
 
@@ -376,18 +379,23 @@ func (it *Interceptor) clientKey(ctx context.Context) string {
 	return it.id.Key(p.Addr.String(), fwd)
 }
 
-// enter takes a place in the gate for the call of ctx, into p.
-func (it *Interceptor) enter(ctx context.Context, p *limits.Permit) bool {
-	var ok bool
-	if it.queueWait > 0 {
-		*p, ok = it.gate.Enter(ctx, it.queueWait)
-	} else {
-		*p, ok = it.gate.TryEnter()
-	}
+// enter takes a place in the gate for the call of ctx, into h.
+func (it *Interceptor) enter(ctx context.Context, h *front.Held) bool {
+	ok := it.capacity.Enter(ctx, h)
 	if !ok {
 		it.n.ServerBusy.Add(1)
 	}
 	return ok
+}
+
+// outcome is how a call whose handler returned err went, for an adaptive
+// gate: Unavailable and DeadlineExceeded signal overload.
+func outcome(err error) adaptive.Outcome {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return adaptive.Dropped
+	}
+	return adaptive.Success
 }
 
 // acquire counts the client addr in slots, or counts and returns the
@@ -414,17 +422,20 @@ func (it *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 	}
 	var q *hold // what the call holds, if any layer makes it hold anything
 	handedOff := false
-	if it.gate != nil || it.calls != nil || it.timeout > 0 {
+	// Until the handler has returned, the call is one the service did not
+	// serve: a later layer refused it, or the handler panicked.
+	result := adaptive.Ignored
+	if it.capacity != nil || it.calls != nil || it.timeout > 0 {
 		q = &hold{Context: ctx}
 		defer func() {
 			if !handedOff {
-				q.release()
+				q.release(result)
 			}
 		}()
 		ctx = q
 	}
 	tr := unaryTrailer{ctx}
-	if it.gate != nil && !it.enter(ctx, &q.permit) {
+	if it.capacity != nil && !it.enter(ctx, &q.held) {
 		return nil, it.refuse(ctx, tr, info.FullMethod, "", it.busy[ReasonServerBusy])
 	}
 	addr := ""
@@ -448,7 +459,9 @@ func (it *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 		handedOff = true
 		return it.unaryWithTimeout(q, req, info, handler)
 	}
-	return handler(ctx, req)
+	resp, err := handler(ctx, req)
+	result = outcome(err)
+	return resp, err
 }
 
 // unaryWithTimeout runs handler in its own goroutine under the deadline.
@@ -473,7 +486,14 @@ func (it *Interceptor) unaryWithTimeout(q *hold, req any, info *grpc.UnaryServer
 	go func() {
 		var r result
 		defer func() {
-			q.release()
+			switch {
+			case ctx.Err() != nil && q.Context.Err() == nil:
+				q.release(adaptive.Dropped) // past the deadline
+			case r.panicked:
+				q.release(adaptive.Ignored)
+			default:
+				q.release(outcome(r.err))
+			}
 			done <- r
 		}()
 		defer func() {

@@ -167,7 +167,7 @@ func TestQueueWait(t *testing.T) {
 		_, _, err := say(conn, "x")
 		waited <- err
 	}()
-	waitFor(t, "waiting in the gate", func() bool { return it.gate.Stats().Waiting == 1 })
+	waitFor(t, "waiting in the gate", func() bool { return it.capacity.Gate.Stats().Waiting == 1 })
 	close(b.release)
 	if err := <-done; err != nil {
 		t.Fatal(err)

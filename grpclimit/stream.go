@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/limitsgo/limits/adaptive"
 	"github.com/limitsgo/limits/internal/front"
 )
 
@@ -32,8 +33,11 @@ func (it *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	}
 	ctx := ss.Context()
 	s := &stream{ServerStream: ss, it: it, q: hold{Context: ctx}}
-	defer s.q.release()
-	if it.gate != nil && !it.enter(ctx, &s.q.permit) {
+	// A stream refused by a later layer says nothing of the service's
+	// capacity; one established gives its place back with Success.
+	result := adaptive.Ignored
+	defer func() { s.q.release(result) }()
+	if it.capacity != nil && !it.enter(ctx, &s.q.held) {
 		return it.refuse(ctx, ss, info.FullMethod, "", it.busy[ReasonServerBusy])
 	}
 	if len(it.rates) > 0 || it.streams != nil {
@@ -53,14 +57,17 @@ func (it *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 		s.q.slots, s.q.client = it.streams, s.addr
 	}
 	it.n.Allowed.Add(1)
-	if it.gate == nil && !(it.messages && len(it.rates) > 0) {
+	if it.capacity == nil && !(it.messages && len(it.rates) > 0) {
 		return handler(srv, ss) // nothing to watch for
 	}
-	if it.gate != nil && it.timeout > 0 {
-		t := time.AfterFunc(it.timeout, s.q.permit.Release)
+	if it.capacity != nil && it.timeout > 0 {
+		// Not established in time: a sign of overload.
+		t := time.AfterFunc(it.timeout, func() { s.q.held.Leave(adaptive.Dropped) })
 		defer t.Stop()
 	}
-	return handler(srv, s)
+	err := handler(srv, s)
+	result = outcome(err)
+	return err
 }
 
 // stream is a server stream as its handler sees it: it gives the stream's
@@ -83,13 +90,13 @@ func (s *stream) Context() context.Context { return &s.q }
 
 // SendHeader establishes the stream, and sends the header metadata.
 func (s *stream) SendHeader(md metadata.MD) error {
-	s.q.permit.Release()
+	s.q.held.Leave(adaptive.Success)
 	return s.ServerStream.SendHeader(md)
 }
 
 // SendMsg establishes the stream, and sends m.
 func (s *stream) SendMsg(m any) error {
-	s.q.permit.Release()
+	s.q.held.Leave(adaptive.Success)
 	return s.ServerStream.SendMsg(m)
 }
 
@@ -99,7 +106,7 @@ func (s *stream) SendMsg(m any) error {
 // RecvMsg returns the refusal's status error.
 func (s *stream) RecvMsg(m any) error {
 	if s.received {
-		s.q.permit.Release()
+		s.q.held.Leave(adaptive.Success)
 	}
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err

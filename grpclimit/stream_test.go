@@ -71,12 +71,12 @@ func TestStreamGivesBackGate(t *testing.T) {
 				if _, _, err := say(conn, "x"); ReasonOf(err) != ReasonServerBusy {
 					t.Errorf("a call while the stream is set up: %v, want server_busy", err)
 				}
-			} else if n := it.gate.Stats().InFlight; n != 1 {
+			} else if n := it.capacity.Gate.Stats().InFlight; n != 1 {
 				t.Errorf("%d in the gate while the stream is set up, want 1", n)
 			}
 			close(setup)
 			<-established
-			waitFor(t, "out of the gate", func() bool { return it.gate.Stats().InFlight == 0 })
+			waitFor(t, "out of the gate", func() bool { return it.capacity.Gate.Stats().InFlight == 0 })
 			mustSay(t, conn, "while the stream is open")
 			close(end)
 			cs.CloseSend()

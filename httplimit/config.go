@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/adaptive"
 	"github.com/limitsgo/limits/internal/front"
 )
 
@@ -22,12 +23,30 @@ type Config struct {
 
 	// MaxInFlight caps the requests being served at once in the process,
 	// with a limits.Gate; 0 sets no cap. A request that finds the gate full
-	// is refused with 503 and reason server_busy.
+	// is refused with 503 and reason server_busy. With Adaptive, it is the
+	// ceiling of the adaptive limit.
 	MaxInFlight int
 	// QueueWait is how long a request may wait for room in the gate before
 	// it is refused; 0 refuses at once. Keep it short: it is for bursts
 	// that clear within milliseconds, not a queue.
 	QueueWait time.Duration
+	// QueueAdapt, if positive, lets the gate stop queueing while waiting
+	// does not help (see limits.Gate.AdaptWait): every QueueAdapt, it looks
+	// at the requests that waited, and refuses at once for a while if
+	// most waited QueueWait in vain. 100ms suits a QueueWait of a few
+	// milliseconds; 0 never stops. It needs MaxInFlight.
+	QueueAdapt time.Duration
+	// Adaptive, if set, lets the gate find its own limit: an
+	// adaptive.Controller moves it between Adaptive.Min and MaxInFlight
+	// (or Adaptive.Max, if lower) from the latency of the requests it
+	// admits, measured from their admission until the handler returns or
+	// calls ReleaseCapacity. A request refused by a later layer does not
+	// count; with Timeout, one past its deadline, or answered 503 or 504
+	// by the handler, counts as a sign of overload (adaptive.Dropped). It
+	// starts from Adaptive.Initial, or MaxInFlight, and lowers the limit
+	// from there as queueing shows. It needs MaxInFlight; the zero
+	// adaptive.Config is usable.
+	Adaptive *adaptive.Config
 	// Timeout, if positive, is a deadline for each request: when it passes,
 	// the handler's context is cancelled and the client gets 503 with
 	// reason request_timeout. The handler's response is buffered until it
@@ -185,6 +204,9 @@ const (
 	EnvMaxKeys              = "LIMITS_MAX_KEYS"                // MaxKeys, an integer >= 1
 	EnvMaxInFlight          = "LIMITS_MAX_INFLIGHT"            // MaxInFlight, an integer >= 1
 	EnvQueueWait            = "LIMITS_QUEUE_WAIT"              // QueueWait, a duration such as "20ms", or 0
+	EnvQueueAdapt           = "LIMITS_QUEUE_ADAPT"             // QueueAdapt, a duration such as "100ms", or 0
+	EnvAdaptive             = "LIMITS_ADAPTIVE"                // Adaptive's law: gradient, vegas, aimd, or off for none
+	EnvAdaptiveMin          = "LIMITS_ADAPTIVE_MIN"            // Adaptive.Min, an integer >= 1; needs Adaptive
 	EnvTimeout              = "LIMITS_TIMEOUT"                 // Timeout, a duration such as "10s"
 	EnvBusyRetryAfter       = "LIMITS_BUSY_RETRY_AFTER"        // BusyRetryAfter, a duration such as "2s"
 	EnvLimiterTimeout       = "LIMITS_LIMITER_TIMEOUT"         // LimiterTimeout, a duration such as "100ms"
@@ -211,6 +233,8 @@ func (c *Config) LoadEnv(prefix string, lookup func(string) (string, bool)) erro
 	e.Integer(EnvMaxKeys, &c.MaxKeys)
 	e.Integer(EnvMaxInFlight, &c.MaxInFlight)
 	e.Duration(EnvQueueWait, &c.QueueWait, true)
+	e.Duration(EnvQueueAdapt, &c.QueueAdapt, true)
+	e.Adaptive(EnvAdaptive, EnvAdaptiveMin, &c.Adaptive)
 	e.Duration(EnvTimeout, &c.Timeout, false)
 	e.Duration(EnvBusyRetryAfter, &c.BusyRetryAfter, false)
 	e.Duration(EnvLimiterTimeout, &c.LimiterTimeout, false)

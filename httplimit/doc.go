@@ -1,6 +1,7 @@
 // Package httplimit provides net/http middleware that protects a service
 // with the limiters of package limits, in layers: exemptions for probes and
-// static files, a capacity gate and a deadline for the whole process, a
+// static files, a capacity gate (fixed, or adaptive: see Config.Adaptive)
+// and a deadline for the whole process, a
 // rate limit per client address (and per caller key, such as a session or
 // an API key), and a cap on the requests each client has in progress.
 //

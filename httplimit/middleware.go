@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/adaptive"
 	"github.com/limitsgo/limits/internal/front"
 )
 
@@ -32,8 +33,9 @@ const (
 //
 //  1. Exemptions: requests picked by Config.Exempt bypass every layer.
 //  2. Capacity: a limits.Gate caps the requests in progress in the process
-//     (503 server_busy), and a deadline bounds each request (503
-//     request_timeout).
+//     (503 server_busy), at a fixed number or one that package adaptive
+//     finds from latency (Config.Adaptive), and a deadline bounds each
+//     request (503 request_timeout).
 //  3. Rate: a bucket per client address, then one per caller key if
 //     configured (429 rate_limited), then the policies of the route, if
 //     the Middleware was made by With.
@@ -70,8 +72,7 @@ type Middleware struct {
 // one count of requests per client, one set of counters.
 type core struct {
 	exempt    func(*http.Request) bool
-	gate      *limits.Gate
-	queueWait time.Duration
+	capacity  *front.Capacity // nil: no gate
 	timeout   time.Duration
 	busyRetry time.Duration
 	limTime   time.Duration // bound on each limiter call
@@ -138,6 +139,9 @@ type Stats struct {
 	ConcurrencyTableFull uint64 `json:"concurrency_table_full"`
 	// Gate holds the gate's counters, if Config.MaxInFlight is set.
 	Gate *limits.GateStats `json:"gate,omitempty"`
+	// Adaptive holds the adaptive limit's state and recent history, if
+	// Config.Adaptive is set.
+	Adaptive *adaptive.Stats `json:"adaptive,omitempty"`
 	// Policies holds the counts of each rate policy, in the order they
 	// apply: Config's, then the routes'.
 	Policies []PolicyStats `json:"policies,omitempty"`
@@ -195,7 +199,6 @@ type Denial struct {
 func New(cfg Config) (*Middleware, error) {
 	c := &core{
 		exempt:         cfg.Exempt,
-		queueWait:      cfg.QueueWait,
 		timeout:        cfg.Timeout,
 		busyRetry:      cfg.BusyRetryAfter,
 		onError:        cfg.OnLimiterError,
@@ -240,8 +243,10 @@ func New(cfg Config) (*Middleware, error) {
 	}
 	c.limTime = front.LimiterBound(cfg.LimiterTimeout, cfg.Timeout)
 	c.admit = front.Admission{FailOpen: c.onError == FailOpen, Counts: &c.n.Rates, OnError: c.logLimiter}
-	if cfg.MaxInFlight > 0 {
-		c.gate, _ = limits.NewGate(cfg.MaxInFlight) // cannot fail: MaxInFlight > 0
+	if c.capacity, err = front.NewCapacity(front.CapacityConfig{
+		Max: cfg.MaxInFlight, Wait: cfg.QueueWait, Adapt: cfg.QueueAdapt, Adaptive: cfg.Adaptive,
+	}); err != nil {
+		return nil, fmt.Errorf("httplimit: %w", err)
 	}
 	if cfg.MaxInFlightPerClient > 0 {
 		c.slots = front.NewSlots(cfg.MaxInFlightPerClient, front.Or(cfg.MaxKeys, DefaultMaxKeys))
@@ -288,10 +293,7 @@ func (m *Middleware) Stats() Stats {
 		CostAboveBurst: t.CostAboveBurst, InvalidCost: t.InvalidCost,
 		ConcurrencyLimited: t.ConcurrencyLimited, ConcurrencyTableFull: t.ConcurrencyTableFull,
 	}
-	if c.gate != nil {
-		g := c.gate.Stats()
-		s.Gate = &g
-	}
+	s.Gate, s.Adaptive = c.capacity.Stats()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, p := range front.PolicyTotalsOf(c.policies) {
@@ -306,12 +308,15 @@ func (m *Middleware) Stats() Stats {
 type request struct {
 	context.Context
 	c       *core
-	permit  limits.Permit
+	held    front.Held // the request's place in the gate
 	slots   *front.Slots
 	client  string         // the address key, counted in slots if slots is set
 	charges []front.Charge // what the rate layers charged, for a later refusal
 	buf     [4]front.Charge
 	counted bool // counted as allowed
+	// refused is set when a route Middleware refused the request after
+	// the gate let it in: its latency says nothing of the service's.
+	refused bool
 }
 
 type requestKey struct{}
@@ -324,9 +329,13 @@ func (q *request) Value(key any) any {
 	return q.Context.Value(key)
 }
 
-// release gives back everything the request holds.
-func (q *request) release() {
-	q.permit.Release()
+// release gives back everything the request holds, telling an adaptive
+// gate how the request went.
+func (q *request) release(o adaptive.Outcome) {
+	if q.refused {
+		o = adaptive.Ignored
+	}
+	q.held.Leave(o)
 	if q.slots != nil {
 		q.slots.Release(q.client)
 		q.slots = nil
@@ -341,7 +350,7 @@ func (q *request) release() {
 // request's per-client count, if any, is kept until the handler returns.
 func ReleaseCapacity(r *http.Request) {
 	if q, ok := r.Context().Value(requestKey{}).(*request); ok {
-		q.permit.Release()
+		q.held.Leave(adaptive.Success)
 	}
 }
 
@@ -360,29 +369,24 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 	var q *request // what the request holds, if any layer makes it hold anything
 	handedOff := false
-	if c.gate != nil || c.slots != nil || c.timeout > 0 || c.nested.Load() {
+	// Until the handler has returned, the request is one the service did
+	// not serve: a later layer refused it, or the handler panicked.
+	outcome := adaptive.Ignored
+	if c.capacity != nil || c.slots != nil || c.timeout > 0 || c.nested.Load() {
 		q = &request{Context: r.Context(), c: c}
 		q.charges = q.buf[:0]
 		defer func() {
 			if !handedOff {
-				q.release()
+				q.release(outcome)
 			}
 		}()
 		r = r.WithContext(q)
 	}
 
-	if c.gate != nil {
-		var ok bool
-		if c.queueWait > 0 {
-			q.permit, ok = c.gate.Enter(r.Context(), c.queueWait)
-		} else {
-			q.permit, ok = c.gate.TryEnter()
-		}
-		if !ok {
-			c.n.ServerBusy.Add(1)
-			c.refuse(w, r, "", Denial{Status: http.StatusServiceUnavailable, Reason: ReasonServerBusy, RetryAfter: c.busyRetry})
-			return
-		}
+	if c.capacity != nil && !c.capacity.Enter(r.Context(), &q.held) {
+		c.n.ServerBusy.Add(1)
+		c.refuse(w, r, "", Denial{Status: http.StatusServiceUnavailable, Reason: ReasonServerBusy, RetryAfter: c.busyRetry})
+		return
 	}
 
 	addr := ""
@@ -426,6 +430,7 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 	next.ServeHTTP(w, r)
+	outcome = adaptive.Success
 }
 
 // admit applies the rate layers to a request that holds nothing else, and
@@ -446,6 +451,7 @@ func (m *Middleware) serveRoute(next http.Handler, w http.ResponseWriter, r *htt
 	c := m.c
 	charges, ok := m.limit(w, r, q.client, m.rates[len(m.rates)-m.own:], q.charges)
 	if !ok {
+		q.refused = true
 		q.charges = q.charges[:0] // given back
 		if q.counted {
 			c.n.Allowed.Add(^uint64(0)) // refused after all

@@ -8,6 +8,8 @@ import (
 	"maps"
 	"net/http"
 	"sync"
+
+	"github.com/limitsgo/limits/adaptive"
 )
 
 // serveWithTimeout runs next in its own goroutine under a deadline. If the
@@ -26,7 +28,7 @@ func (c *core) serveWithTimeout(next http.Handler, w http.ResponseWriter, r *htt
 	go func() {
 		var p any
 		defer func() {
-			q.release()
+			q.release(tw.outcome(p))
 			done <- p
 		}()
 		defer func() { p = recover() }()
@@ -95,6 +97,23 @@ func (tw *timeoutWriter) WriteHeader(code int) {
 		return
 	}
 	tw.code = code
+}
+
+// outcome is how a handler that returned, having panicked with p if not
+// nil, went for an adaptive gate: past its deadline, or answering 503 or
+// 504, it signals overload.
+func (tw *timeoutWriter) outcome(p any) adaptive.Outcome {
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	switch {
+	case tw.timedOut:
+		return adaptive.Dropped
+	case p != nil:
+		return adaptive.Ignored
+	case tw.code == http.StatusServiceUnavailable || tw.code == http.StatusGatewayTimeout:
+		return adaptive.Dropped
+	}
+	return adaptive.Success
 }
 
 func (tw *timeoutWriter) status() int {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/adaptive"
 )
 
 // Names of the environment variables the front ends share, with the
@@ -23,6 +24,9 @@ const (
 	EnvMaxKeys              = "LIMITS_MAX_KEYS"
 	EnvMaxInFlight          = "LIMITS_MAX_INFLIGHT"
 	EnvQueueWait            = "LIMITS_QUEUE_WAIT"
+	EnvQueueAdapt           = "LIMITS_QUEUE_ADAPT"
+	EnvAdaptive             = "LIMITS_ADAPTIVE"
+	EnvAdaptiveMin          = "LIMITS_ADAPTIVE_MIN"
 	EnvTimeout              = "LIMITS_TIMEOUT"
 	EnvBusyRetryAfter       = "LIMITS_BUSY_RETRY_AFTER"
 	EnvLimiterTimeout       = "LIMITS_LIMITER_TIMEOUT"
@@ -152,5 +156,39 @@ func (e *Env) Prefixes(name string, dst *[]netip.Prefix) {
 func (e *Env) String(name string, dst *string) {
 	if v, _, ok := e.Get(name); ok {
 		*dst = v
+	}
+}
+
+// Adaptive reads an adaptive gate's law from the variable named name
+// (gradient, vegas, aimd, or off, which sets *dst to nil), keeping the
+// rest of *dst, and its floor from the variable named minName, which needs
+// an adaptive gate, configured or read.
+func (e *Env) Adaptive(name, minName string, dst **adaptive.Config) {
+	laws := []string{"off", "gradient", "vegas", "aimd"}
+	e.Choice(name, laws, func(i int) {
+		if i == 0 {
+			*dst = nil
+			return
+		}
+		c := new(adaptive.Config)
+		if *dst != nil {
+			*c = **dst
+		}
+		c.Law = [...]adaptive.Law{nil, adaptive.Gradient{}, adaptive.Vegas{}, adaptive.AIMD{}}[i]
+		if i == 3 {
+			c.ProbeEvery = -1 // AIMD reads no baseline
+		}
+		*dst = c
+	})
+	if v, read, ok := e.Get(minName); ok && *dst == nil {
+		e.Err = fmt.Errorf("%s: %s=%q needs an adaptive gate: set %s too", e.pkg, read, v, e.prefix+strings.TrimPrefix(name, "LIMITS_"))
+		return
+	}
+	var lo int
+	e.Integer(minName, &lo)
+	if lo > 0 && *dst != nil {
+		c := **dst
+		c.Min = lo
+		*dst = &c
 	}
 }

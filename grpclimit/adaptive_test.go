@@ -1,0 +1,163 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/adaptive"
+)
+
+// TestAdaptiveFindsCapacity puts an Interceptor with an adaptive gate, its
+// ceiling 16 times too high, in front of a service of 4 workers, at twice
+// its capacity: the limit must come down near 4, and the gate refuse the
+// excess with Unavailable rather than let it queue.
+func TestAdaptiveFindsCapacity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		it, err := New(Config{MaxInFlight: 64, Adaptive: &adaptive.Config{Samples: 20}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sem := make(chan struct{}, 4)
+		handler := func(ctx context.Context, req any) (any, error) {
+			sem <- struct{}{}
+			time.Sleep(10 * time.Millisecond)
+			<-sem
+			return req, nil
+		}
+		ctx := peers(1)[0]
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		refused := 0
+		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(1250 * time.Microsecond) {
+			wg.Go(func() {
+				if _, err := it.Unary(ctx, nil, benchInfo, handler); status.Code(err) == codes.Unavailable {
+					mu.Lock()
+					refused++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		s := it.Stats()
+		if s.Adaptive == nil || s.Gate == nil {
+			t.Fatalf("Stats: no adaptive or gate stats: %+v", s)
+		}
+		if s.Adaptive.Limit < 3 || s.Adaptive.Limit > 6 {
+			t.Errorf("limit %d after 20s at twice the capacity of 4; history %+v", s.Adaptive.Limit, s.Adaptive.History)
+		}
+		if refused == 0 || uint64(refused) != s.ServerBusy {
+			t.Errorf("refused %d, ServerBusy %d", refused, s.ServerBusy)
+		}
+	})
+}
+
+// TestAdaptiveOutcomes checks what the controller is told: calls a later
+// layer refuses are Ignored, calls that fail with Unavailable Dropped,
+// and a stream counts once it is established.
+func TestAdaptiveOutcomes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		it, err := New(Config{
+			MaxInFlight: 8, Rate: limits.Limit{Events: 1, Period: time.Hour}, Burst: 1,
+			Adaptive: &adaptive.Config{Law: adaptive.AIMD{}, ProbeEvery: -1, Samples: 5, Window: 10 * time.Millisecond},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fail error
+		handler := func(ctx context.Context, req any) (any, error) {
+			time.Sleep(time.Millisecond)
+			return req, fail
+		}
+		ctxs := peers(60)
+		for _, ctx := range ctxs[:30] {
+			it.Unary(ctx, nil, benchInfo, handler)
+			if _, err := it.Unary(ctx, nil, benchInfo, handler); status.Code(err) != codes.ResourceExhausted {
+				t.Fatalf("second call: %v", err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		s := it.Stats().Adaptive
+		if s.Ignored == 0 || s.Samples == 0 || s.Dropped != 0 {
+			t.Errorf("after served and rate-limited calls: samples %d, ignored %d, dropped %d", s.Samples, s.Ignored, s.Dropped)
+		}
+		fail = status.Error(codes.Unavailable, "a dependency is down")
+		for _, ctx := range ctxs[30:] {
+			it.Unary(ctx, nil, benchInfo, handler)
+			time.Sleep(time.Millisecond)
+		}
+		s = it.Stats().Adaptive
+		if s.Dropped == 0 || s.Limit >= 8 {
+			t.Errorf("calls failing with Unavailable: dropped %d, limit %d", s.Dropped, s.Limit)
+		}
+	})
+}
+
+// TestAdaptiveStream checks that a stream holds its place in an adaptive
+// gate only until it is established, and reports it then.
+func TestAdaptiveStream(t *testing.T) {
+	it, err := New(Config{MaxInFlight: 1, Adaptive: &adaptive.Config{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss := &sendStream{ctx: peers(1)[0]}
+	info := &grpc.StreamServerInfo{FullMethod: methodSay}
+	err = it.Stream(nil, ss, info, func(srv any, s grpc.ServerStream) error {
+		if n := it.Stats().Gate.InFlight; n != 1 {
+			t.Errorf("in flight while setting up: %d", n)
+		}
+		s.SendMsg("hello")
+		if n := it.Stats().Gate.InFlight; n != 0 {
+			t.Errorf("in flight once established: %d", n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sendStream is a server stream that accepts what is sent.
+type sendStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *sendStream) Context() context.Context { return s.ctx }
+func (s *sendStream) SendMsg(any) error        { return nil }
+
+func TestAdaptiveConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Adaptive: &adaptive.Config{}}, "Adaptive needs MaxInFlight"},
+		{Config{QueueAdapt: time.Second}, "QueueAdapt needs MaxInFlight"},
+		{Config{MaxInFlight: 8, Adaptive: &adaptive.Config{Max: 9}}, "must not exceed MaxInFlight"},
+	} {
+		it, err := New(tc.cfg)
+		if it != nil || err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "grpclimit: ") {
+			t.Errorf("New(%+v) = %v, %v; want an error with %q", tc.cfg, it, err, tc.want)
+		}
+	}
+	if _, err := New(Config{MaxInFlight: 8, Adaptive: &adaptive.Config{Min: 9}}); !errors.Is(err, adaptive.ErrConfig) {
+		t.Errorf("a bad adaptive.Config: %v, not adaptive.ErrConfig", err)
+	}
+	var c Config
+	env := map[string]string{"LIMITS_GRPC_ADAPTIVE": "gradient", "LIMITS_GRPC_ADAPTIVE_MIN": "3", "LIMITS_GRPC_QUEUE_ADAPT": "50ms"}
+	if err := c.LoadEnv("LIMITS_GRPC_", func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.Adaptive.Law.(adaptive.Gradient); !ok || c.Adaptive.Min != 3 || c.QueueAdapt != 50*time.Millisecond {
+		t.Errorf("LoadEnv read %+v, %v", c.Adaptive, c.QueueAdapt)
+	}
+}

@@ -1,0 +1,230 @@
+package httplimit
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/adaptive"
+)
+
+// slowService is a handler that serves workers requests at once, each in
+// d, and queues the rest: past workers at once, latency grows.
+func slowService(workers int, d time.Duration) http.Handler {
+	sem := make(chan struct{}, workers)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sem <- struct{}{}
+		time.Sleep(d)
+		<-sem
+	})
+}
+
+// drive sends a request to h every gap, for span, each from its own
+// goroutine, and waits for all of them; it returns the statuses counted.
+func drive(h http.Handler, gap, span time.Duration) map[int]int {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	codes := map[int]int{}
+	for end := time.Now().Add(span); time.Now().Before(end); time.Sleep(gap) {
+		wg.Go(func() {
+			w := httptest.NewRecorder()
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = "192.0.2.1:1234"
+			h.ServeHTTP(w, r)
+			mu.Lock()
+			codes[w.Code]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return codes
+}
+
+// TestAdaptiveFindsCapacity puts a Middleware with an adaptive gate, its
+// ceiling 16 times too high, in front of a service of 4 workers, at twice
+// its capacity: the limit must come down near 4, and the gate shed the
+// excess with 503 rather than let it queue.
+func TestAdaptiveFindsCapacity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, err := New(Config{MaxInFlight: 64, Adaptive: &adaptive.Config{Samples: 20}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := m.Handler(slowService(4, 10*time.Millisecond))
+		// 4 workers of 10ms serve 400 a second: one request every 1.25ms
+		// is twice that.
+		codes := drive(h, 1250*time.Microsecond, 20*time.Second)
+		t.Logf("statuses %v", codes)
+		s := m.Stats()
+		if s.Adaptive == nil || s.Gate == nil {
+			t.Fatalf("Stats: no adaptive or gate stats: %+v", s)
+		}
+		if s.Adaptive.Limit < 3 || s.Adaptive.Limit > 6 {
+			t.Errorf("limit %d after 20s at twice the capacity of 4; history %+v", s.Adaptive.Limit, s.Adaptive.History)
+		}
+		if s.Gate.Max != s.Adaptive.Limit {
+			t.Errorf("gate max %d, adaptive limit %d", s.Gate.Max, s.Adaptive.Limit)
+		}
+		if codes[http.StatusServiceUnavailable] == 0 || uint64(codes[http.StatusServiceUnavailable]) != s.ServerBusy {
+			t.Errorf("statuses %v, ServerBusy %d", codes, s.ServerBusy)
+		}
+		if s.Adaptive.Samples == 0 || s.Adaptive.Windows == 0 || s.Adaptive.Baseline == 0 {
+			t.Errorf("controller saw nothing: %+v", s.Adaptive)
+		}
+		// The admitted requests' latency, once the limit came down, stays
+		// near the service time rather than growing with the queue.
+		if p50 := s.Adaptive.Last.P50; p50 > 20*time.Millisecond {
+			t.Errorf("last window's p50 %v, service time 10ms", p50)
+		}
+	})
+}
+
+// TestAdaptiveOutcomes checks what the controller is told: requests a
+// later layer refuses are Ignored, and with Timeout those past their
+// deadline are Dropped.
+func TestAdaptiveOutcomes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, err := New(Config{
+			MaxInFlight: 8, Timeout: 50 * time.Millisecond,
+			Rate: limits.Limit{Events: 1, Period: time.Hour}, Burst: 1,
+			Adaptive: &adaptive.Config{Law: adaptive.AIMD{}, ProbeEvery: -1, Samples: 5, Window: 10 * time.Millisecond},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slow := false
+		h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if slow {
+				time.Sleep(100 * time.Millisecond) // past the deadline
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}))
+		serve := func(addr string) int {
+			w := httptest.NewRecorder()
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = addr
+			h.ServeHTTP(w, r)
+			return w.Code
+		}
+		// Each new address is served once, then rate limited.
+		for i := range 30 {
+			addr := fmt.Sprintf("192.0.2.%d:1", i+1)
+			serve(addr)
+			if code := serve(addr); code != http.StatusTooManyRequests {
+				t.Fatalf("second request from %s: %d", addr, code)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		synctest.Wait()
+		s := m.Stats().Adaptive
+		if s.Ignored == 0 || s.Samples == 0 || s.Dropped != 0 {
+			t.Errorf("after served and rate-limited requests: samples %d, ignored %d, dropped %d", s.Samples, s.Ignored, s.Dropped)
+		}
+		slow = true
+		for i := range 30 {
+			addr := fmt.Sprintf("198.51.100.%d:1", i+1)
+			if code := serve(addr); code != http.StatusServiceUnavailable {
+				t.Fatalf("request past its deadline: %d", code)
+			}
+		}
+		time.Sleep(time.Second) // the handlers return
+		synctest.Wait()
+		s = m.Stats().Adaptive
+		if s.Dropped == 0 {
+			t.Errorf("requests past their deadline not reported as dropped: %+v", s)
+		}
+		if s.Limit >= 8 {
+			t.Errorf("AIMD did not back off on timeouts: limit %d", s.Limit)
+		}
+	})
+}
+
+// TestQueueAdapt checks that QueueAdapt reaches the gate: under sustained
+// overload with a queue wait, the gate stops queueing.
+func TestQueueAdapt(t *testing.T) {
+	for _, adapt := range []time.Duration{0, 100 * time.Millisecond} {
+		synctest.Test(t, func(t *testing.T) {
+			m, err := New(Config{MaxInFlight: 2, QueueWait: 5 * time.Millisecond, QueueAdapt: adapt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			drive(m.Handler(slowService(2, 20*time.Millisecond)), time.Millisecond, 3*time.Second)
+			g := m.Stats().Gate
+			if adapt > 0 && (g.Overloads == 0 || g.Shed == 0) {
+				t.Errorf("QueueAdapt %v: the queue never stopped under overload: %+v", adapt, g)
+			}
+			if adapt == 0 && g.Overloads != 0 {
+				t.Errorf("no QueueAdapt, yet overloads: %+v", g)
+			}
+			if g.Waited == 0 || g.WaitTime == 0 {
+				t.Errorf("no wait counted: %+v", g)
+			}
+		})
+	}
+}
+
+func TestAdaptiveConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Adaptive: &adaptive.Config{}}, "Adaptive needs MaxInFlight"},
+		{Config{QueueAdapt: time.Second}, "QueueAdapt needs MaxInFlight"},
+		{Config{MaxInFlight: 8, QueueAdapt: -time.Second}, "QueueAdapt must not be negative"},
+		{Config{MaxInFlight: 8, Adaptive: &adaptive.Config{Max: 9}}, "must not exceed MaxInFlight"},
+		{Config{MaxInFlight: 8, Adaptive: &adaptive.Config{Min: 9}}, "Min <= Max"},
+	} {
+		m, err := New(tc.cfg)
+		if m != nil || err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "httplimit: ") {
+			t.Errorf("New(%+v) = %v, %v; want an error with %q", tc.cfg, m, err, tc.want)
+		}
+	}
+	if _, err := New(Config{MaxInFlight: 8, Adaptive: &adaptive.Config{Min: 9}}); !errors.Is(err, adaptive.ErrConfig) {
+		t.Errorf("a bad adaptive.Config: %v, not adaptive.ErrConfig", err)
+	}
+}
+
+func TestAdaptiveLoadEnv(t *testing.T) {
+	env := func(kv map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := kv[k]; return v, ok }
+	}
+	var c Config
+	if err := c.LoadEnv("", env(map[string]string{"LIMITS_ADAPTIVE": "Vegas", "LIMITS_ADAPTIVE_MIN": "4", "LIMITS_QUEUE_ADAPT": "100ms"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.Adaptive.Law.(adaptive.Vegas); !ok || c.Adaptive.Min != 4 || c.QueueAdapt != 100*time.Millisecond {
+		t.Errorf("read %+v, %+v", c.Adaptive, c.QueueAdapt)
+	}
+	if err := c.LoadEnv("", env(map[string]string{"LIMITS_ADAPTIVE": "aimd"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.Adaptive.Law.(adaptive.AIMD); !ok || c.Adaptive.Min != 4 || c.Adaptive.ProbeEvery >= 0 {
+		t.Errorf("aimd over vegas: %+v", c.Adaptive)
+	}
+	if err := c.LoadEnv("", env(map[string]string{"LIMITS_ADAPTIVE": "off"})); err != nil || c.Adaptive != nil {
+		t.Errorf("off: %+v, %v", c.Adaptive, err)
+	}
+	for _, kv := range []map[string]string{
+		{"LIMITS_ADAPTIVE": "fast"},
+		{"LIMITS_ADAPTIVE_MIN": "4"},
+		{"LIMITS_ADAPTIVE": "gradient", "LIMITS_ADAPTIVE_MIN": "0"},
+		{"LIMITS_QUEUE_ADAPT": "-1s"},
+	} {
+		var c Config
+		if err := c.LoadEnv("", env(kv)); err == nil {
+			t.Errorf("LoadEnv(%v) did not fail: %+v", kv, c)
+		}
+	}
+	var login Config
+	if err := login.LoadEnv("LIMITS_LOGIN_", env(map[string]string{"LIMITS_LOGIN_ADAPTIVE_MIN": "2"})); err == nil || !strings.Contains(err.Error(), "set LIMITS_LOGIN_ADAPTIVE too") {
+		t.Errorf("a floor without a law: %v", err)
+	}
+}

@@ -1,0 +1,129 @@
+package front
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/adaptive"
+)
+
+// Capacity is a front end's gate: the requests it serves at once in the
+// process, with, if adaptive, the controller that moves the gate's maximum
+// from the latency of the requests it admits.
+type Capacity struct {
+	Gate *limits.Gate
+	// Ctrl moves the gate's maximum, if set.
+	Ctrl *adaptive.Controller
+	// Wait is how long a request may wait for a place.
+	Wait time.Duration
+}
+
+// CapacityConfig is what a front end's configuration says of its gate.
+type CapacityConfig struct {
+	// Max is the gate's size, or, with Adaptive, the most the controller
+	// may set; 0 means no gate.
+	Max int
+	// Wait is how long a request may wait for a place; Adapt, if positive,
+	// the interval of Gate.AdaptWait.
+	Wait, Adapt time.Duration
+	// Adaptive, if set, configures a controller for the gate. Its Max
+	// must be 0 (meaning Max) or at most Max.
+	Adaptive *adaptive.Config
+}
+
+// NewCapacity returns the Capacity cfg configures, nil if it configures no
+// gate, or an error naming the front end's fields (MaxInFlight,
+// QueueAdapt, Adaptive) for a configuration it cannot honour.
+func NewCapacity(cfg CapacityConfig) (*Capacity, error) {
+	if err := CheckNonNegative(Field{Name: "QueueAdapt", Value: int64(cfg.Adapt)}); err != nil {
+		return nil, err
+	}
+	if cfg.Max <= 0 {
+		switch {
+		case cfg.Adaptive != nil:
+			return nil, fmt.Errorf("Adaptive needs MaxInFlight, the most it may admit at once")
+		case cfg.Adapt > 0:
+			return nil, fmt.Errorf("QueueAdapt needs MaxInFlight, a gate whose queue to adapt")
+		}
+		return nil, nil
+	}
+	g, err := limits.NewGate(cfg.Max)
+	if err != nil {
+		return nil, err
+	}
+	c := &Capacity{Gate: g, Wait: cfg.Wait}
+	if cfg.Adapt > 0 {
+		g.AdaptWait(cfg.Adapt)
+	}
+	if cfg.Adaptive != nil {
+		ac := *cfg.Adaptive
+		switch {
+		case ac.Max == 0:
+			ac.Max = cfg.Max
+		case ac.Max > cfg.Max:
+			return nil, fmt.Errorf("Adaptive.Max (%d) must not exceed MaxInFlight (%d)", ac.Max, cfg.Max)
+		}
+		if c.Ctrl, err = adaptive.New(g, ac); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Enter lets a request in, waiting at most c.Wait for a place, and reports
+// whether it did; h then holds the place. c may be nil: no gate, and
+// every request is let in.
+func (c *Capacity) Enter(ctx context.Context, h *Held) bool {
+	if c == nil {
+		return true
+	}
+	var ok bool
+	if c.Wait > 0 {
+		h.permit, ok = c.Gate.Enter(ctx, c.Wait)
+	} else {
+		h.permit, ok = c.Gate.TryEnter()
+	}
+	if ok && c.Ctrl != nil {
+		h.ctrl, h.start = c.Ctrl, time.Now()
+	}
+	return ok
+}
+
+// Stats returns the gate's counters and the controller's, each nil where
+// there is none.
+func (c *Capacity) Stats() (*limits.GateStats, *adaptive.Stats) {
+	if c == nil {
+		return nil, nil
+	}
+	if c.Ctrl != nil {
+		s := c.Ctrl.Stats()
+		return &s.Gate, &s
+	}
+	g := c.Gate.Stats()
+	return &g, nil
+}
+
+// Held is a place in a Capacity's gate, held from Enter until Leave. The
+// zero Held holds nothing.
+type Held struct {
+	permit limits.Permit
+	ctrl   *adaptive.Controller
+	start  time.Time
+	left   atomic.Bool
+}
+
+// Leave gives the place back, telling the controller, if any, how the
+// request went and how long it took since it was let in. Only the first
+// call does anything; it is safe for concurrent use.
+func (h *Held) Leave(o adaptive.Outcome) {
+	if !h.permit.Held() || !h.left.CompareAndSwap(false, true) {
+		return
+	}
+	if h.ctrl != nil {
+		h.ctrl.Observe(time.Since(h.start), o)
+	}
+	h.permit.Release()
+}
