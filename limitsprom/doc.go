@@ -39,6 +39,9 @@
 //	limits_gate_admitted_total      counter  requests let in
 //	limits_gate_shed_total          counter  requests refused at once
 //	limits_gate_timed_out_total     counter  requests that waited and gave up
+//	limits_gate_waited_total        counter  requests that waited, let in or not
+//	limits_gate_overloaded          gauge    1 while waits are cut (Gate.AdaptWait)
+//	limits_gate_overloads_total     counter  times waits began to be cut
 //
 // A limits.GCRA:
 //

@@ -95,6 +95,10 @@ func TestGate(t *testing.T) {
 			Data: metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true,
 				DataPoints: []metricdata.DataPoint[int64]{{Attributes: attrs, Value: v}}}}
 	}
+	unit := func(m metricdata.Metrics, u string) metricdata.Metrics {
+		m.Unit = u
+		return m
+	}
 	want := []metricdata.Metrics{
 		gauge("limits.gate.capacity", "Most requests the gate admits at once.", 2),
 		gauge("limits.gate.in_flight", "Requests inside the gate now.", 2),
@@ -103,6 +107,9 @@ func TestGate(t *testing.T) {
 		sum("limits.gate.admitted", "Requests the gate let in.", 2),
 		sum("limits.gate.shed", "Requests the gate refused at once, being full with no room to wait.", 1),
 		sum("limits.gate.timed_out", "Requests that waited for a place in the gate and gave up.", 0),
+		sum("limits.gate.waited", "Requests that waited for a place in the gate and have stopped waiting, let in or not.", 0),
+		unit(gauge("limits.gate.overloaded", "1 while the gate refuses at once, having judged waiting futile under sustained overload (Gate.AdaptWait); 0 otherwise.", 0), "1"),
+		unit(sum("limits.gate.overloads", "Times the gate began to refuse at once under sustained overload.", 0), "{period}"),
 	}
 	got := collect(t, reader)
 	if len(got) != len(want) {
@@ -272,10 +279,10 @@ func TestSameNumbers(t *testing.T) {
 		}
 	}
 	// The middleware's 11 outcomes, 6 outcomes and 2 table sizes for each
-	// of its 3 policies and 7 of its gate; the same of the Interceptor; 3
-	// of the GCRA; 7 of the gate; 4 calls, 5 kinds of failure and the
+	// of its 3 policies and 10 of its gate; the same of the Interceptor; 3
+	// of the GCRA; 10 of the gate; 4 calls, 5 kinds of failure and the
 	// fallbacks of the Redis GCRA.
-	if want := 2*(11+3*(6+2)+7) + 3 + 7 + 4 + 5 + 1; len(fromProm) != want {
+	if want := 2*(11+3*(6+2)+10) + 3 + 10 + 4 + 5 + 1; len(fromProm) != want {
 		t.Fatalf("%d Prometheus series, want %d", len(fromProm), want)
 	}
 	for k, p := range fromProm {

@@ -107,6 +107,9 @@ const (
 	gateAdmitted
 	gateShed
 	gateTimedOut
+	gateWaited
+	gateOverloaded
+	gateOverloads
 	nGate
 )
 
@@ -127,6 +130,12 @@ var gateMetrics = [nGate]Metric{
 		Help: "Requests the gate refused at once, being full with no room to wait."},
 	gateTimedOut: {Subsystem: "gate", Name: "timed_out", Kind: Counter, Unit: "{request}",
 		Help: "Requests that waited for a place in the gate and gave up."},
+	gateWaited: {Subsystem: "gate", Name: "waited", Kind: Counter, Unit: "{request}",
+		Help: "Requests that waited for a place in the gate and have stopped waiting, let in or not."},
+	gateOverloaded: {Subsystem: "gate", Name: "overloaded", Kind: Gauge, Unit: "1",
+		Help: "1 while the gate refuses at once, having judged waiting futile under sustained overload (Gate.AdaptWait); 0 otherwise."},
+	gateOverloads: {Subsystem: "gate", Name: "overloads", Kind: Counter, Unit: "{period}",
+		Help: "Times the gate began to refuse at once under sustained overload."},
 }
 
 // readGate sends the values of a Gate's snapshot s, whose metrics start
@@ -139,6 +148,13 @@ func readGate(e Emitter, at int, s limits.GateStats) {
 	e.Value(at+gateAdmitted, Count(s.Admitted))
 	e.Value(at+gateShed, Count(s.Shed))
 	e.Value(at+gateTimedOut, Count(s.TimedOut))
+	e.Value(at+gateWaited, Count(s.Waited))
+	overloaded := int64(0)
+	if s.Overloaded {
+		overloaded = 1
+	}
+	e.Value(at+gateOverloaded, overloaded)
+	e.Value(at+gateOverloads, Count(s.Overloads))
 }
 
 func gateSet(g *limits.Gate) Set {

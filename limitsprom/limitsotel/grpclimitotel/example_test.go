@@ -61,4 +61,7 @@ func ExampleRegister() {
 	// limits.gate.admitted         {request}  1 points, sum 0
 	// limits.gate.shed             {request}  1 points, sum 0
 	// limits.gate.timed_out        {request}  1 points, sum 0
+	// limits.gate.waited           {request}  1 points, sum 0
+	// limits.gate.overloaded       1          1 points, sum 0
+	// limits.gate.overloads        {period}   1 points, sum 0
 }
