@@ -311,9 +311,8 @@ type request struct {
 	held    front.Held // the request's place in the gate
 	slots   *front.Slots
 	client  string         // the address key, counted in slots if slots is set
-	charges []front.Charge // what the rate layers charged, for a later refusal
-	buf     [4]front.Charge
-	counted bool // counted as allowed
+	charges []front.Charge // what the rate layers charged, for a route's later refusal
+	counted bool           // counted as allowed
 	// refused is set when a route Middleware refused the request after
 	// the gate let it in: its latency says nothing of the service's.
 	refused bool
@@ -374,7 +373,6 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	outcome := adaptive.Ignored
 	if c.capacity != nil || c.slots != nil || c.timeout > 0 || c.nested.Load() {
 		q = &request{Context: r.Context(), c: c}
-		q.charges = q.buf[:0]
 		defer func() {
 			if !handedOff {
 				q.release(outcome)
@@ -401,7 +399,10 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		}
 		return
 	}
-	charges, ok := m.limit(w, r, addr, m.rates, q.charges)
+	// The charges stay on this goroutine's stack unless a route may refuse
+	// the request later and have to give them back.
+	var buf [4]front.Charge
+	charges, ok := m.limit(w, r, addr, m.rates, buf[:0])
 	if !ok {
 		return
 	}
@@ -420,7 +421,10 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		}
 		q.slots = c.slots
 	}
-	q.client, q.charges, q.counted = addr, charges, true
+	q.client, q.counted = addr, true
+	if c.nested.Load() {
+		q.charges = append(make([]front.Charge, 0, len(charges)+2), charges...)
+	}
 
 	c.setRateHeaders(w.Header(), charges)
 	c.n.Allowed.Add(1)

@@ -119,11 +119,13 @@ type Held struct {
 // request went and how long it took since it was let in. Only the first
 // call does anything; it is safe for concurrent use.
 func (h *Held) Leave(o adaptive.Outcome) {
+	if h.ctrl == nil {
+		h.permit.Release() // idempotent itself
+		return
+	}
 	if !h.permit.Held() || !h.left.CompareAndSwap(false, true) {
 		return
 	}
-	if h.ctrl != nil {
-		h.ctrl.Observe(time.Since(h.start), o)
-	}
+	h.ctrl.Observe(time.Since(h.start), o)
 	h.permit.Release()
 }
