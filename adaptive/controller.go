@@ -158,6 +158,9 @@ func New(g *limits.Gate, cfg Config) (*Controller, error) {
 	if g == nil {
 		return nil, fmt.Errorf("%w: nil gate", ErrConfig)
 	}
+	if cfg.Window < 0 || cfg.Samples < 0 || cfg.History < 0 {
+		return nil, fmt.Errorf("%w: Window, Samples and History must be >= 0, got %v, %d, %d", ErrConfig, cfg.Window, cfg.Samples, cfg.History)
+	}
 	c := &Controller{
 		gate: g, law: cfg.Law,
 		min: cmp0(cfg.Min, 1), max: cmp0(cfg.Max, DefaultMax),
@@ -175,9 +178,6 @@ func New(g *limits.Gate, cfg Config) (*Controller, error) {
 	}
 	if c.min < 1 || c.max < c.min {
 		return nil, fmt.Errorf("%w: want 1 <= Min <= Max, got Min %d, Max %d", ErrConfig, c.min, c.max)
-	}
-	if cfg.Window < 0 || cfg.Samples < 0 || cfg.History < 0 {
-		return nil, fmt.Errorf("%w: Window, Samples and History must be >= 0, got %v, %d, %d", ErrConfig, cfg.Window, cfg.Samples, cfg.History)
 	}
 	initial := cfg.Initial
 	if initial == 0 {

@@ -35,6 +35,7 @@ func TestNewErrors(t *testing.T) {
 		{"negative Initial, default law", g, adaptive.Config{Initial: -1}},
 		{"negative Window", g, adaptive.Config{Window: -time.Second}},
 		{"negative Samples", g, adaptive.Config{Samples: -1}},
+		{"negative History", g, adaptive.Config{History: -1}},
 	} {
 		if c, err := adaptive.New(tc.g, tc.cfg); c != nil || !errors.Is(err, adaptive.ErrConfig) {
 			t.Errorf("%s: New = %v, %v; want an error wrapping ErrConfig", tc.name, c, err)

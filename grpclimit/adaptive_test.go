@@ -142,6 +142,8 @@ func TestAdaptiveConfigErrors(t *testing.T) {
 	}{
 		{Config{Adaptive: &adaptive.Config{}}, "Adaptive needs MaxInFlight"},
 		{Config{QueueAdapt: time.Second}, "QueueAdapt needs MaxInFlight"},
+		{Config{MaxInFlight: 8, QueueAdapt: time.Second}, "QueueAdapt needs QueueWait"},
+		{Config{MaxInFlight: 8, QueueWait: time.Millisecond, QueueAdapt: -time.Second}, "QueueAdapt must not be negative"},
 		{Config{MaxInFlight: 8, Adaptive: &adaptive.Config{Max: 9}}, "must not exceed MaxInFlight"},
 	} {
 		it, err := New(tc.cfg)
@@ -160,4 +162,68 @@ func TestAdaptiveConfigErrors(t *testing.T) {
 	if _, ok := c.Adaptive.Law.(adaptive.Gradient); !ok || c.Adaptive.Min != 3 || c.QueueAdapt != 50*time.Millisecond {
 		t.Errorf("LoadEnv read %+v, %v", c.Adaptive, c.QueueAdapt)
 	}
+}
+
+// TestAdaptiveCallOutcomes checks how calls that end badly are reported:
+// a bare context error for the client's deadline, and a stream not
+// established within Timeout, as overload; a call the client cancelled,
+// as nothing.
+func TestAdaptiveCallOutcomes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		it, err := New(Config{MaxInFlight: 8, Timeout: 10 * time.Millisecond,
+			Adaptive: &adaptive.Config{Law: adaptive.AIMD{}, ProbeEvery: -1, Samples: 5, Window: time.Millisecond}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts := func() (samples, dropped, ignored uint64) {
+			s := it.Stats().Adaptive
+			return s.Samples, s.Dropped, s.Ignored
+		}
+		// The client cancels while the handler works: it returns the bare
+		// context error.
+		waiter := func(ctx context.Context, req any) (any, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		noTimeout, err := New(Config{MaxInFlight: 8,
+			Adaptive: &adaptive.Config{Law: adaptive.AIMD{}, ProbeEvery: -1, Samples: 5, Window: time.Millisecond}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Windows close on calls that tell something: each cancelled call
+		// comes with one served.
+		served := func(ctx context.Context, req any) (any, error) {
+			time.Sleep(time.Millisecond)
+			return req, nil
+		}
+		for _, ctx := range peers(30) {
+			noTimeout.Unary(ctx, nil, benchInfo, served)
+			ctx, cancel := context.WithCancel(ctx)
+			time.AfterFunc(time.Millisecond, cancel)
+			noTimeout.Unary(ctx, nil, benchInfo, waiter)
+		}
+		if s := noTimeout.Stats().Adaptive; s.Ignored < 20 || s.Dropped != 0 || s.Samples < 20 || s.Limit != 8 {
+			t.Errorf("cancelled calls: %+v", s)
+		}
+		// The client's deadline passes while the handler works.
+		for _, ctx := range peers(30) {
+			ctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+			noTimeout.Unary(ctx, nil, benchInfo, waiter)
+			cancel()
+		}
+		if s := noTimeout.Stats().Adaptive; s.Dropped == 0 || s.Limit >= 8 {
+			t.Errorf("calls past the client's deadline: dropped %d, limit %d", s.Dropped, s.Limit)
+		}
+		// Streams whose handler takes longer than Timeout to establish.
+		info := &grpc.StreamServerInfo{FullMethod: methodSay}
+		for _, ctx := range peers(30) {
+			it.Stream(nil, &sendStream{ctx: ctx}, info, func(srv any, s grpc.ServerStream) error {
+				time.Sleep(20 * time.Millisecond)
+				return s.SendMsg("late")
+			})
+		}
+		if _, dropped, _ := counts(); dropped == 0 || it.Stats().Adaptive.Limit >= 8 {
+			t.Errorf("streams not established in time: %+v", it.Stats().Adaptive)
+		}
+	})
 }

@@ -389,11 +389,27 @@ func (it *Interceptor) enter(ctx context.Context, h *front.Held) bool {
 }
 
 // outcome is how a call whose handler returned err went, for an adaptive
-// gate: Unavailable and DeadlineExceeded signal overload.
-func outcome(err error) adaptive.Outcome {
-	switch status.Code(err) {
+// gate, ctx being the call's context: a call that outlived the client's
+// deadline, or ended with Unavailable or DeadlineExceeded, signals
+// overload; one the client cancelled says nothing of the service's
+// capacity.
+func outcome(ctx context.Context, err error) adaptive.Outcome {
+	switch ctx.Err() {
+	case nil:
+	case context.DeadlineExceeded:
+		return adaptive.Dropped
+	default:
+		return adaptive.Ignored
+	}
+	code := status.Code(err)
+	if code == codes.Unknown {
+		code = status.FromContextError(err).Code() // a bare context error
+	}
+	switch code {
 	case codes.Unavailable, codes.DeadlineExceeded:
 		return adaptive.Dropped
+	case codes.Canceled:
+		return adaptive.Ignored
 	}
 	return adaptive.Success
 }
@@ -460,7 +476,9 @@ func (it *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 		return it.unaryWithTimeout(q, req, info, handler)
 	}
 	resp, err := handler(ctx, req)
-	result = outcome(err)
+	if q != nil && q.held.Reports() {
+		result = outcome(q.Context, err)
+	}
 	return resp, err
 }
 
@@ -492,7 +510,7 @@ func (it *Interceptor) unaryWithTimeout(q *hold, req any, info *grpc.UnaryServer
 			case r.panicked:
 				q.release(adaptive.Ignored)
 			default:
-				q.release(outcome(r.err))
+				q.release(outcome(q.Context, r.err))
 			}
 			done <- r
 		}()

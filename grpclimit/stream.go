@@ -66,7 +66,9 @@ func (it *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 		defer t.Stop()
 	}
 	err := handler(srv, s)
-	result = outcome(err)
+	if s.q.held.Reports() {
+		result = outcome(ctx, err)
+	}
 	return err
 }
 

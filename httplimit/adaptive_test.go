@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -158,7 +159,7 @@ func TestQueueAdapt(t *testing.T) {
 			}
 			drive(m.Handler(slowService(2, 20*time.Millisecond)), time.Millisecond, 3*time.Second)
 			g := m.Stats().Gate
-			if adapt > 0 && (g.Overloads == 0 || g.Shed == 0) {
+			if adapt > 0 && g.Overloads == 0 {
 				t.Errorf("QueueAdapt %v: the queue never stopped under overload: %+v", adapt, g)
 			}
 			if adapt == 0 && g.Overloads != 0 {
@@ -178,9 +179,11 @@ func TestAdaptiveConfigErrors(t *testing.T) {
 	}{
 		{Config{Adaptive: &adaptive.Config{}}, "Adaptive needs MaxInFlight"},
 		{Config{QueueAdapt: time.Second}, "QueueAdapt needs MaxInFlight"},
-		{Config{MaxInFlight: 8, QueueAdapt: -time.Second}, "QueueAdapt must not be negative"},
+		{Config{MaxInFlight: 8, QueueAdapt: time.Second}, "QueueAdapt needs QueueWait"},
+		{Config{MaxInFlight: 8, QueueWait: time.Millisecond, QueueAdapt: -time.Second}, "QueueAdapt must not be negative"},
 		{Config{MaxInFlight: 8, Adaptive: &adaptive.Config{Max: 9}}, "must not exceed MaxInFlight"},
-		{Config{MaxInFlight: 8, Adaptive: &adaptive.Config{Min: 9}}, "Min <= Max"},
+		{Config{MaxInFlight: 8, Adaptive: &adaptive.Config{Min: 9}}, "Adaptive (with MaxInFlight 8"},
+		{Config{MaxInFlight: 8, Adaptive: &adaptive.Config{History: -1}}, "History must be >= 0"},
 	} {
 		m, err := New(tc.cfg)
 		if m != nil || err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "httplimit: ") {
@@ -224,7 +227,93 @@ func TestAdaptiveLoadEnv(t *testing.T) {
 		}
 	}
 	var login Config
-	if err := login.LoadEnv("LIMITS_LOGIN_", env(map[string]string{"LIMITS_LOGIN_ADAPTIVE_MIN": "2"})); err == nil || !strings.Contains(err.Error(), "set LIMITS_LOGIN_ADAPTIVE too") {
+	if err := login.LoadEnv("LIMITS_LOGIN_", env(map[string]string{"LIMITS_LOGIN_ADAPTIVE_MIN": "2"})); err == nil || !strings.Contains(err.Error(), "set LIMITS_LOGIN_ADAPTIVE to a law") {
 		t.Errorf("a floor without a law: %v", err)
 	}
+}
+
+// aimdConfig is an adaptive.Config whose windows close after a few
+// requests, with AIMD, which reads no baseline: the tests of outcomes read
+// the controller's counts of the windows ended.
+func aimdConfig() *adaptive.Config {
+	return &adaptive.Config{Law: adaptive.AIMD{}, ProbeEvery: -1, Samples: 5, Window: time.Millisecond}
+}
+
+// TestAdaptiveIgnoresWhatSaysNothing checks that requests a route refuses
+// after the gate let them in, handlers that panic and requests whose
+// client left are reported as Ignored, never as served or as overload.
+func TestAdaptiveIgnoresWhatSaysNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, err := New(Config{MaxInFlight: 8, Timeout: time.Second, Adaptive: aimdConfig()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		route, err := m.With(Policy{Name: "route", Rate: limits.Limit{Events: 1, Period: time.Hour}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mode string
+		h := m.Handler(route.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(time.Millisecond)
+			switch mode {
+			case "panic":
+				panic("handler bug")
+			case "wait":
+				<-r.Context().Done()
+			}
+		})))
+		serve := func(addr string, ctx context.Context) int {
+			w := httptest.NewRecorder()
+			r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/", nil)
+			r.RemoteAddr = addr
+			func() {
+				defer func() { recover() }()
+				h.ServeHTTP(w, r)
+			}()
+			return w.Code
+		}
+		counts := func() (samples, dropped, ignored uint64) {
+			s := m.Stats().Adaptive
+			return s.Samples, s.Dropped, s.Ignored
+		}
+		for i := range 40 {
+			addr := fmt.Sprintf("192.0.2.%d:1", i+1)
+			serve(addr, t.Context())
+			if code := serve(addr, t.Context()); code != http.StatusTooManyRequests {
+				t.Fatalf("second request to the route: %d", code)
+			}
+		}
+		samples, dropped, ignored := counts()
+		if samples == 0 || ignored == 0 || dropped != 0 {
+			t.Fatalf("served and route-refused requests: samples %d, dropped %d, ignored %d", samples, dropped, ignored)
+		}
+		// Windows close on requests that tell something: each request that
+		// says nothing comes with one served.
+		for i := range 40 {
+			mode = ""
+			serve(fmt.Sprintf("198.51.100.%d:1", 2*i+1), t.Context())
+			mode = "panic"
+			serve(fmt.Sprintf("198.51.100.%d:1", 2*i+2), t.Context())
+		}
+		s2, d2, i2 := counts()
+		if s2 <= samples || d2 != 0 || i2 < ignored+30 {
+			t.Fatalf("panicking handlers: samples %d -> %d, dropped %d, ignored %d -> %d", samples, s2, d2, ignored, i2)
+		}
+		for i := range 40 {
+			mode = ""
+			serve(fmt.Sprintf("203.0.113.%d:1", 2*i+1), t.Context())
+			mode = "wait"
+			ctx, cancel := context.WithCancel(t.Context())
+			time.AfterFunc(5*time.Millisecond, cancel) // the client leaves
+			serve(fmt.Sprintf("203.0.113.%d:1", 2*i+2), ctx)
+			synctest.Wait() // the handler has returned
+		}
+		s3, d3, i3 := counts()
+		if s3 <= s2 || d3 != 0 || i3 < i2+30 {
+			t.Fatalf("clients that left: samples %d -> %d, dropped %d, ignored %d -> %d", s2, s3, d3, i2, i3)
+		}
+		if l := m.Stats().Adaptive.Limit; l != 8 {
+			t.Errorf("AIMD moved the limit to %d on requests that say nothing", l)
+		}
+	})
 }

@@ -32,9 +32,10 @@ type Config struct {
 	QueueWait time.Duration
 	// QueueAdapt, if positive, lets the gate stop queueing while waiting
 	// does not help (see limits.Gate.AdaptWait): every QueueAdapt, it looks
-	// at the requests that waited, and refuses at once for a while if
-	// most waited QueueWait in vain. 100ms suits a QueueWait of a few
-	// milliseconds; 0 never stops. It needs MaxInFlight.
+	// at the requests that waited, and if at least four did and more than a
+	// third of them waited QueueWait in vain, it refuses at once for a
+	// while. 100ms suits a QueueWait of a few milliseconds; 0 never stops.
+	// It needs MaxInFlight and QueueWait.
 	QueueAdapt time.Duration
 	// Adaptive, if set, lets the gate find its own limit: an
 	// adaptive.Controller moves it between Adaptive.Min and MaxInFlight
@@ -42,10 +43,13 @@ type Config struct {
 	// admits, measured from their admission until the handler returns or
 	// calls ReleaseCapacity. A request refused by a later layer does not
 	// count; with Timeout, one past its deadline, or answered 503 or 504
-	// by the handler, counts as a sign of overload (adaptive.Dropped). It
-	// starts from Adaptive.Initial, or MaxInFlight, and lowers the limit
-	// from there as queueing shows. It needs MaxInFlight; the zero
-	// adaptive.Config is usable.
+	// by the handler, counts as a sign of overload (adaptive.Dropped);
+	// without Timeout the handler's status is not seen. A request whose
+	// client left, or that panicked, does not count. The limit starts from
+	// Adaptive.Initial, or the ceiling, and unless Adaptive.ProbeEvery < 0
+	// is halved at once to measure the baseline latency, again while that
+	// shows it too high. It needs MaxInFlight; the zero adaptive.Config is
+	// usable.
 	Adaptive *adaptive.Config
 	// Timeout, if positive, is a deadline for each request: when it passes,
 	// the handler's context is cancelled and the client gets 503 with

@@ -331,8 +331,8 @@ func (q *request) Value(key any) any {
 // release gives back everything the request holds, telling an adaptive
 // gate how the request went.
 func (q *request) release(o adaptive.Outcome) {
-	if q.refused {
-		o = adaptive.Ignored
+	if q.refused || (o == adaptive.Success && q.held.Reports() && q.Context.Err() != nil) {
+		o = adaptive.Ignored // refused by a route, or the client left
 	}
 	q.held.Leave(o)
 	if q.slots != nil {
@@ -388,7 +388,9 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 
 	addr := ""
-	if len(m.rates) > 0 || c.slots != nil {
+	if len(m.rates) > 0 || c.slots != nil || c.nested.Load() {
+		// A route's policy keyed by address needs it, even where m has no
+		// rate layer of its own.
 		addr = c.clientKey(r)
 	}
 	if q == nil {

@@ -142,6 +142,23 @@ func TestRoutesShareOneGate(t *testing.T) {
 	})
 }
 
+// TestRouteByAddressUnderGateOnly puts a route policy keyed by address
+// under a Middleware with a gate and no rate of its own: each client gets
+// its own bucket, rather than all of them one.
+func TestRouteByAddressUnderGateOnly(t *testing.T) {
+	m := mustNew(t, Config{MaxInFlight: 8})
+	route := mustWith(t, m, Policy{Name: "route", Rate: limits.Limit{Events: 1, Period: time.Hour}})
+	h := m.Handler(route.Handler(ok))
+	for _, addr := range []string{"192.0.2.1:1", "192.0.2.2:1", "[2001:db8::1]:1"} {
+		if w := serve(h, addr, "/"); w.Code != http.StatusOK {
+			t.Errorf("first request from %s: %d, want 200", addr, w.Code)
+		}
+		if w := serve(h, addr, "/"); w.Code != http.StatusTooManyRequests {
+			t.Errorf("second request from %s: %d, want 429", addr, w.Code)
+		}
+	}
+}
+
 // TestRouteRefusalGivesBackEverything refuses in a route after the address
 // and caller key buckets and the per-client count were taken, and checks
 // that all of it comes back.

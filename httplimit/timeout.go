@@ -45,10 +45,11 @@ func (c *core) serveWithTimeout(next http.Handler, w http.ResponseWriter, r *htt
 		w.WriteHeader(tw.status())
 		w.Write(tw.buf.Bytes())
 	case <-ctx.Done():
+		deadline := errors.Is(ctx.Err(), context.DeadlineExceeded) && r.Context().Err() == nil
 		tw.mu.Lock()
-		tw.timedOut = true
+		tw.timedOut, tw.deadline = true, deadline
 		tw.mu.Unlock()
-		if !errors.Is(ctx.Err(), context.DeadlineExceeded) || r.Context().Err() != nil {
+		if !deadline {
 			return // the client went away: nobody to answer
 		}
 		c.n.RequestTimeout.Add(1)
@@ -62,7 +63,8 @@ type timeoutWriter struct {
 	h        http.Header
 	buf      bytes.Buffer
 	code     int
-	timedOut bool
+	timedOut bool // the response is no longer the handler's
+	deadline bool // because the deadline passed, not because the client left
 }
 
 // Header returns the buffered header map. Handlers must not change it
@@ -101,14 +103,15 @@ func (tw *timeoutWriter) WriteHeader(code int) {
 
 // outcome is how a handler that returned, having panicked with p if not
 // nil, went for an adaptive gate: past its deadline, or answering 503 or
-// 504, it signals overload.
+// 504, it signals overload; a request whose client left, or that
+// panicked, says nothing of the service's capacity.
 func (tw *timeoutWriter) outcome(p any) adaptive.Outcome {
 	tw.mu.Lock()
 	defer tw.mu.Unlock()
 	switch {
-	case tw.timedOut:
+	case tw.deadline:
 		return adaptive.Dropped
-	case p != nil:
+	case tw.timedOut || p != nil:
 		return adaptive.Ignored
 	case tw.code == http.StatusServiceUnavailable || tw.code == http.StatusGatewayTimeout:
 		return adaptive.Dropped

@@ -50,6 +50,9 @@ func NewCapacity(cfg CapacityConfig) (*Capacity, error) {
 		}
 		return nil, nil
 	}
+	if cfg.Adapt > 0 && cfg.Wait <= 0 {
+		return nil, fmt.Errorf("QueueAdapt needs QueueWait: a gate that lets nobody wait has no queue to adapt")
+	}
 	g, err := limits.NewGate(cfg.Max)
 	if err != nil {
 		return nil, err
@@ -67,7 +70,7 @@ func NewCapacity(cfg CapacityConfig) (*Capacity, error) {
 			return nil, fmt.Errorf("Adaptive.Max (%d) must not exceed MaxInFlight (%d)", ac.Max, cfg.Max)
 		}
 		if c.Ctrl, err = adaptive.New(g, ac); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("Adaptive (with MaxInFlight %d as its Max unless set): %w", cfg.Max, err)
 		}
 	}
 	return c, nil
@@ -114,6 +117,9 @@ type Held struct {
 	start  time.Time
 	left   atomic.Bool
 }
+
+// Reports reports whether Leave tells a controller how the request went.
+func (h *Held) Reports() bool { return h.ctrl != nil }
 
 // Leave gives the place back, telling the controller, if any, how the
 // request went and how long it took since it was let in. Only the first

@@ -175,13 +175,16 @@ func (e *Env) Adaptive(name, minName string, dst **adaptive.Config) {
 			*c = **dst
 		}
 		c.Law = [...]adaptive.Law{nil, adaptive.Gradient{}, adaptive.Vegas{}, adaptive.AIMD{}}[i]
-		if i == 3 {
+		switch {
+		case i == 3:
 			c.ProbeEvery = -1 // AIMD reads no baseline
+		case c.ProbeEvery < 0:
+			c.ProbeEvery = 0 // Gradient and Vegas need one: the default
 		}
 		*dst = c
 	})
 	if v, read, ok := e.Get(minName); ok && *dst == nil {
-		e.Err = fmt.Errorf("%s: %s=%q needs an adaptive gate: set %s too", e.pkg, read, v, e.prefix+strings.TrimPrefix(name, "LIMITS_"))
+		e.Err = fmt.Errorf("%s: %s=%q needs an adaptive gate: set %s to a law (gradient, vegas or aimd)", e.pkg, read, v, e.prefix+strings.TrimPrefix(name, "LIMITS_"))
 		return
 	}
 	var lo int
