@@ -25,15 +25,10 @@
 // at one GOMAXPROCS by default, 2 (-latencycpu): its percentiles are what
 // the report shows, and a second value would add a fifth to the run.
 //
-// With the defaults the whole run should take about nine minutes on two
-// cores. That is an estimate, not a measurement of a whole run: on a shared
-// two-core machine, one round with -benchtime 20000x -httpbenchtime 20000x
-// took 57 s (BenchmarkKeys1M 28 s, BenchmarkChurn1M 13 s,
-// BenchmarkLatency1M 16 s, BenchmarkHTTP under 1 s) and cmd/memory 17 s;
-// adding the time of the calls a default round makes beyond those (each
-// cell's ns/op times the extra calls) gives about 100 s a round, and
-// BenchmarkChurn1M and BenchmarkLatency1M, run once each with the default
-// counts, took 22 s each, in line with that estimate.
+// With the defaults a whole run takes six to seven minutes on two cores: two
+// runs on a shared two-core Intel Xeon machine took 6 min 15 s and 6 min
+// 57 s, each round about 75 s (BenchmarkKeys1M 35 s, BenchmarkChurn1M 18 s,
+// BenchmarkLatency1M 18 s, BenchmarkHTTP 4 s), then cmd/memory.
 //
 // With -from it only renders the results saved by an earlier run; results
 // of runs made before BenchmarkChurn1M, BenchmarkLatency1M or BenchmarkHTTP
