@@ -59,11 +59,10 @@ type Gate struct {
 // among them whose wait ran out, to tell a queue that drains from one that
 // stands.
 type waitJudge struct {
-	since   int64 // start of the interval counted
-	waited  int   // callers that stopped waiting, having started after since
-	gaveUp  int   // of which the wait ran out
-	hold    int64 // how long the last cut lasted
-	lastEnd int64 // when the last cut ended, or 0
+	since  int64 // start of the interval counted
+	waited int   // callers that stopped waiting, having started after since
+	gaveUp int   // of which the wait ran out
+	hold   int64 // how long the last cut lasted; it ended at Gate.cutUntil
 }
 
 // Thresholds of AdaptWait.
@@ -145,9 +144,7 @@ func (g *Gate) acquire() bool {
 		}
 		if g.inside.CompareAndSwap(n, n+1) {
 			g.admitted.Add(1)
-			if n+1 > g.peak.Load() {
-				for p := g.peak.Load(); n+1 > p && !g.peak.CompareAndSwap(p, n+1); p = g.peak.Load() {
-				}
+			for p := g.peak.Load(); n+1 > p && !g.peak.CompareAndSwap(p, n+1); p = g.peak.Load() {
 			}
 			return true
 		}
@@ -279,10 +276,10 @@ func (g *Gate) judgeLocked(now int64) bool {
 	// A queue that stands again right after a cut is the same overload:
 	// cut for longer.
 	hold := iv
-	if j.lastEnd != 0 && now-j.lastEnd <= 2*iv {
+	if last := g.cutUntil.Load(); last != 0 && now-last <= 2*iv {
 		hold = min(2*j.hold, maxHold*iv)
 	}
-	j.hold, j.lastEnd = hold, now+hold
+	j.hold = hold
 	// Judge afresh when the cut ends, on callers that waited after it.
 	j.since = now + hold
 	g.cutUntil.Store(now + hold)

@@ -261,9 +261,10 @@ func (g *GCRA) Wait(ctx context.Context, key string) error {
 // Callers waiting on one key are not queued: each waits for the instant
 // the key allows its own request and tries again then, so a caller may be
 // overtaken by one that came later, and many callers on one key each wake
-// for every request let through. WaitN allocates a timer when it waits.
+// for every request let through. WaitN allocates one timer if it waits.
 func (g *GCRA) WaitN(ctx context.Context, key string, n int) error {
 	h := maphash.String(g.seed, key)
+	var t *time.Timer // made on the first wait, reset on the next ones
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -280,11 +281,15 @@ func (g *GCRA) WaitN(ctx context.Context, key string, n int) error {
 		if deadline, ok := ctx.Deadline(); ok && !at.Before(deadline) {
 			return fmt.Errorf("limits: Wait(n=%d) would pass the context's deadline: %w", n, context.DeadlineExceeded)
 		}
-		t := time.NewTimer(time.Until(at))
+		if t == nil {
+			t = time.NewTimer(time.Until(at))
+			defer t.Stop()
+		} else {
+			t.Reset(time.Until(at))
+		}
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			t.Stop()
 			return ctx.Err()
 		}
 	}
@@ -611,35 +616,32 @@ func (s *gcraShard) maintain(g *GCRA, now int64) {
 	if s.next <= now {
 		s.purge(g, now)
 	}
+	// No key held has expired now: s.next is no later than any key's TAT.
 	switch {
 	case !full && 2*int(s.held) > len(s.slots):
-		s.rebuild(g, 2*len(s.slots), now)
+		s.rebuild(g, 2*len(s.slots))
 	case 8*int(s.used-s.held) >= len(s.slots):
-		s.compact(g, now)
+		s.compact(g)
 	}
 }
 
-// compact clears the shard's tombstones and expired keys in place, then
-// moves every key back to the first slot its probe sequence reaches, in
-// ring order from an empty slot: each key then finds a slot no later than
-// its own, and no key is left behind an empty slot on its way. s.mu is
-// held; now is the real clock.
-func (s *gcraShard) compact(g *GCRA, now int64) {
+// compact clears the shard's tombstones in place, then moves every key
+// back to the first slot its probe sequence reaches, in ring order from an
+// empty slot: each key then finds a slot no later than its own, and no key
+// is left behind an empty slot on its way. s.mu is held, and no key held
+// has expired (maintain purges first).
+func (s *gcraShard) compact(g *GCRA) {
 	if testHookScan != nil {
 		testHookScan(2 * len(s.slots))
 	}
-	dropped := 0
 	start := -1
 	s.next = math.MaxInt64
 	for i := range s.slots {
 		e := &s.slots[i]
-		switch {
-		case e.tag == 0:
-		case e.tag == tombstone:
+		switch e.tag {
+		case 0:
+		case tombstone:
 			*e = gcraSlot{}
-		case g.expired(e, now):
-			*e = gcraSlot{}
-			dropped++
 		default:
 			s.next = min(s.next, e.tat)
 			continue
@@ -648,9 +650,7 @@ func (s *gcraShard) compact(g *GCRA, now int64) {
 			start = i
 		}
 	}
-	s.held -= int32(dropped)
 	s.used = s.held
-	g.keys.Add(int64(-dropped))
 	if start < 0 {
 		return // no empty slot: nothing was cleared, nothing to move
 	}
@@ -662,42 +662,35 @@ func (s *gcraShard) compact(g *GCRA, now int64) {
 			continue
 		}
 		s.slots[i] = gcraSlot{}
-		j := int(e.tag>>g.fracBits) & mask
-		for s.slots[j].tag != 0 {
-			j = (j + 1) & mask
-		}
-		s.slots[j] = e
+		s.slots[s.firstEmpty(g, e.tag)] = e
 	}
 }
 
-// rebuild moves the shard's keys in use into size new slots, leaving out
-// tombstones and expired keys: the shard grows. s.mu is held; now is the
-// real clock.
-func (s *gcraShard) rebuild(g *GCRA, size int, now int64) {
+// firstEmpty returns the first empty slot on the probe sequence of tag.
+func (s *gcraShard) firstEmpty(g *GCRA, tag uint64) int {
+	mask := len(s.slots) - 1
+	i := int(tag>>g.fracBits) & mask
+	for s.slots[i].tag != 0 {
+		i = (i + 1) & mask
+	}
+	return i
+}
+
+// rebuild moves the shard's keys into size new slots, leaving out
+// tombstones: the shard grows. s.mu is held, and no key held has expired
+// (maintain purges first).
+func (s *gcraShard) rebuild(g *GCRA, size int) {
 	if testHookScan != nil {
 		testHookScan(len(s.slots))
 	}
 	old := s.slots
 	s.setSlots(make([]gcraSlot, size))
-	mask := size - 1
-	dropped := 0
 	s.next = math.MaxInt64
 	for _, e := range old {
-		switch {
-		case e.tag <= tombstone:
-			continue
-		case g.expired(&e, now):
-			dropped++
-			continue
+		if e.tag > tombstone {
+			s.slots[s.firstEmpty(g, e.tag)] = e
+			s.next = min(s.next, e.tat)
 		}
-		i := int(e.tag>>g.fracBits) & mask
-		for s.slots[i].tag != 0 {
-			i = (i + 1) & mask
-		}
-		s.slots[i] = e
-		s.next = min(s.next, e.tat)
 	}
-	s.held -= int32(dropped)
 	s.used = s.held
-	g.keys.Add(int64(-dropped))
 }
