@@ -149,9 +149,9 @@ type Config struct {
 	// calls and with the same reasons; 0 sets no cap.
 	MaxStreamsPerClient int
 	// LimitMessages charges each message a stream receives after its first
-	// to the client's buckets, at a cost of 1, as a call: a message
-	// refused makes the handler's RecvMsg return the refusal's status
-	// error, which the handler should return. The first message is paid
+	// to the client's buckets as a call, at the stream's cost (Cost, or
+	// 1): a message refused makes the handler's RecvMsg return the
+	// refusal's status error, which the handler should return. The first message is paid
 	// for by the stream's own charge, so a server-streaming call costs as
 	// much as a unary one.
 	LimitMessages bool
@@ -175,16 +175,16 @@ type Config struct {
 // DefaultAddressMultiplier is the AddressMultiplier used when CallerKey is
 // set and none is given: an address may make 4 times the calls of one
 // caller key.
-const DefaultAddressMultiplier = 4
+const DefaultAddressMultiplier = front.DefaultAddressMultiplier
 
 // DefaultMaxKeys is the number of clients a local limiter, and each
 // per-client concurrency table, track at most unless Config.MaxKeys says
 // otherwise.
-const DefaultMaxKeys = 1 << 20
+const DefaultMaxKeys = front.DefaultMaxKeys
 
 // KeylessPolicy names the bucket that calls without a caller key share per
 // client address when Config.CallerKey is set.
-const KeylessPolicy = "keyless"
+const KeylessPolicy = front.KeylessPolicy
 
 // ErrorPolicy says what the interceptors do when a limiter fails. Its zero
 // value is FailClosed.

@@ -255,7 +255,7 @@ func New(cfg Config) (*Interceptor, error) {
 		it.streams = front.NewSlots(cfg.MaxStreamsPerClient, maxKeys)
 	}
 	it.busy = make(map[string]refusal)
-	for _, r := range []string{ReasonServerBusy, ReasonConcurrencyLimited, ReasonConcurrencyTableFull} {
+	for _, r := range []string{ReasonServerBusy, ReasonRequestTimeout, ReasonConcurrencyLimited, ReasonConcurrencyTableFull} {
 		it.busy[r] = it.newRefusal(r, nil, limits.Decision{})
 	}
 	return it, nil
@@ -557,7 +557,7 @@ func (it *Interceptor) timedOut(q *hold, info *grpc.UnaryServerInfo) error {
 		return status.FromContextError(err).Err()
 	}
 	it.n.RequestTimeout.Add(1)
-	return it.refuse(q, unaryTrailer{q}, info.FullMethod, "", it.newRefusal(ReasonRequestTimeout, nil, limits.Decision{}))
+	return it.refuse(q, unaryTrailer{q}, info.FullMethod, "", it.busy[ReasonRequestTimeout])
 }
 
 // logLimiter logs a limiter's failure or a failed refund, for Admission.

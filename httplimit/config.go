@@ -168,7 +168,7 @@ type Config struct {
 // DefaultAddressMultiplier is the AddressMultiplier used when CallerKey is
 // set and none is given: an address may make 4 times the requests of one
 // caller key.
-const DefaultAddressMultiplier = 4
+const DefaultAddressMultiplier = front.DefaultAddressMultiplier
 
 // ErrorPolicy says what the middleware does when a limiter fails. Its zero
 // value is FailClosed.

@@ -2,7 +2,6 @@ package httplimit
 
 import (
 	"net/http"
-	"net/netip"
 	"strings"
 )
 
@@ -10,12 +9,6 @@ import (
 // prefix, or "a:invalid" for requests whose address cannot be parsed.
 func (c *core) clientKey(r *http.Request) string {
 	return c.id.Key(r.RemoteAddr, func() []string { return r.Header.Values(c.forwarded) })
-}
-
-// clientIP returns the address of the client that sent r, as its group
-// prefix (see front.Identity).
-func (c *core) clientIP(r *http.Request) netip.Prefix {
-	return c.id.Client(r.RemoteAddr, func() []string { return r.Header.Values(c.forwarded) })
 }
 
 // CookieKey returns a CallerKey function that reads the named cookie; a

@@ -194,3 +194,9 @@ func TestSeconds(t *testing.T) {
 		}
 	}
 }
+
+// clientIP returns the address of the client that sent r, as its group
+// prefix (see front.Identity): what clientKey's key is made of.
+func (c *core) clientIP(r *http.Request) netip.Prefix {
+	return c.id.ClientOf(front.ParseHost(r.RemoteAddr), func() []string { return r.Header.Values(c.forwarded) })
+}

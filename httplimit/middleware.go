@@ -371,7 +371,8 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	// Until the handler has returned, the request is one the service did
 	// not serve: a later layer refused it, or the handler panicked.
 	outcome := adaptive.Ignored
-	if c.capacity != nil || c.slots != nil || c.timeout > 0 || c.nested.Load() {
+	nested := c.nested.Load()
+	if c.capacity != nil || c.slots != nil || c.timeout > 0 || nested {
 		q = &request{Context: r.Context(), c: c}
 		defer func() {
 			if !handedOff {
@@ -388,7 +389,7 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 
 	addr := ""
-	if len(m.rates) > 0 || c.slots != nil || c.nested.Load() {
+	if len(m.rates) > 0 || c.slots != nil || nested {
 		// A route's policy keyed by address needs it, even where m has no
 		// rate layer of its own.
 		addr = c.clientKey(r)
@@ -424,7 +425,7 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		q.slots = c.slots
 	}
 	q.client, q.counted = addr, true
-	if c.nested.Load() {
+	if nested {
 		q.charges = append(make([]front.Charge, 0, len(charges)+2), charges...)
 	}
 

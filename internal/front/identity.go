@@ -29,16 +29,6 @@ func (id *Identity) Key(peer string, forwarded func() []string) string {
 	return id.KeyOf(ParseHost(peer), forwarded)
 }
 
-// Client returns the client's address as its group prefix: the IPv4 or
-// IPv6 prefix of the configured length holding it. Only when the peer is
-// a trusted proxy is the forwarding header read, from the right: the
-// client is the right-most address that is not a trusted proxy, since
-// everything left of it was written by parties not trusted. A client whose
-// addresses cannot be parsed gets the invalid Prefix, one bucket for all.
-func (id *Identity) Client(peer string, forwarded func() []string) netip.Prefix {
-	return id.ClientOf(ParseHost(peer), forwarded)
-}
-
 // Trusted reports whether a is inside one of the trusted proxy prefixes.
 func (id *Identity) Trusted(a netip.Addr) bool {
 	for _, p := range id.Proxies {

@@ -3,7 +3,7 @@ package front
 // This file is the client identity for a transport that hands over the
 // peer's address already parsed (gRPC's net.TCPAddr), which spares
 // formatting it to a string only to parse it back: three allocations per
-// call. Key and Client are these for a peer given as text.
+// call. Key is KeyOf for a peer given as text.
 
 import "net/netip"
 
@@ -19,8 +19,14 @@ func (id *Identity) KeyOf(peer netip.Addr, forwarded func() []string) string {
 	return string(b)
 }
 
-// ClientOf is Client for a peer address already parsed; an IPv4-mapped
-// IPv6 address counts as IPv4, and a zone is dropped.
+// ClientOf returns the client's address as its group prefix: the IPv4 or
+// IPv6 prefix of the configured length holding it, for a peer address
+// already parsed (an IPv4-mapped IPv6 address counts as IPv4, and a zone
+// is dropped). Only when the peer is a trusted proxy is the forwarding
+// header read, from the right: the client is the right-most address that
+// is not a trusted proxy, since everything left of it was written by
+// parties not trusted. A client whose addresses cannot be parsed gets the
+// invalid Prefix, one bucket for all.
 func (id *Identity) ClientOf(peer netip.Addr, forwarded func() []string) netip.Prefix {
 	a := peer.Unmap().WithZone("")
 	if a.IsValid() && id.Trusted(a) && forwarded != nil {
