@@ -176,7 +176,7 @@ func New(g *limits.Gate, cfg Config) (*Controller, error) {
 	if cfg.Min < 0 || cfg.Max < 0 || cfg.Initial < 0 {
 		return nil, fmt.Errorf("%w: Min, Max and Initial must be >= 0, got %d, %d, %d", ErrConfig, cfg.Min, cfg.Max, cfg.Initial)
 	}
-	if c.min < 1 || c.max < c.min {
+	if c.max < c.min {
 		return nil, fmt.Errorf("%w: want 1 <= Min <= Max, got Min %d, Max %d", ErrConfig, c.min, c.max)
 	}
 	initial := cfg.Initial

@@ -159,7 +159,7 @@ func TestReport(t *testing.T) {
 			atOnce, waitP99 := "", ""
 			if refused > 0 {
 				atOnce = report.Percent(float64(fast) / float64(refused))
-				waitP99 = ms(sim.Percentile(waits, 0.99))
+				waitP99 = ms(report.Percentile(waits, 0.99))
 			}
 			tab.Row(f.name, fmt.Sprintf("%gx", load), report.Float(s.Throughput, 0), report.Percent(float64(s.Refused)/float64(s.Arrived)),
 				report.Percent(float64(failed)/float64(max(s.Admitted, 1))), ms(s.P50), ms(s.P99), atOnce, waitP99)

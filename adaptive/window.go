@@ -126,11 +126,3 @@ func (w *Window) Above(d time.Duration) int {
 	}
 	return n
 }
-
-// add counts a latency of ns nanoseconds into the window, for tests and
-// for laws' callers that build windows by hand.
-func (w *Window) add(ns int64) {
-	w.Samples++
-	w.sum += ns
-	w.hist[bucketOf(ns)]++
-}

@@ -87,3 +87,11 @@ func TestAbove(t *testing.T) {
 		}
 	}
 }
+
+// add counts a latency of ns nanoseconds into the window, as a Controller
+// does for each request reported as Success.
+func (w *Window) add(ns int64) {
+	w.Samples++
+	w.sum += ns
+	w.hist[bucketOf(ns)]++
+}

@@ -87,6 +87,7 @@ type GCRA struct {
 	client     redis.UniversalClient
 	p          gcra.Policy
 	den        string // p.Den in decimal, the scripts' first argument
+	dArgs      []any  // p.D as the scripts take it (timeArgs)
 	prefix     string
 	timeout    time.Duration
 	policy     ErrorPolicy
@@ -253,6 +254,7 @@ func New(client redis.UniversalClient, limit int, period time.Duration, opts ...
 		client:   client,
 		p:        p,
 		den:      strconv.FormatUint(p.Den, 10),
+		dArgs:    timeArgs(nil, p.D),
 		prefix:   o.prefix,
 		timeout:  o.timeout,
 		policy:   o.policy,
@@ -287,7 +289,7 @@ func (g *GCRA) args(n int, charge bool) []any {
 	args := make([]any, 0, 8)
 	args = append(args, g.den)
 	args = timeArgs(args, g.p.Cost(n))
-	args = timeArgs(args, g.p.D)
+	args = append(args, g.dArgs...)
 	if charge && n > 0 {
 		return append(args, "1")
 	}
@@ -394,7 +396,7 @@ func (g *GCRA) Refund(ctx context.Context, key string, d limits.Decision) error 
 	args := make([]any, 0, 11)
 	args = append(args, g.den, strconv.FormatInt(s, 10), strconv.FormatInt(ns, 10))
 	args = timeArgs(args, g.p.Cost(d.Cost))
-	args = timeArgs(args, g.p.D)
+	args = append(args, g.dArgs...)
 	ctx, cancel := g.bound(ctx)
 	defer cancel()
 	// The deadline on the server's clock, a little early, so that a
@@ -405,7 +407,7 @@ func (g *GCRA) Refund(ctx context.Context, key string, d limits.Decision) error 
 		deadline, off = strconv.FormatInt(at/1e9, 10), strconv.FormatInt(at%1e9/1e3, 10)
 	}
 	args = append(args, deadline, off)
-	r, err := g.call(ctx, returnScript, refundScript, g.prefix+key, args)
+	r, err := g.call(ctx, returnScript, g.prefix+key, args)
 	if err == nil && r.flag == 2 {
 		err = errLate
 		g.statistics.fail(err, false)
@@ -467,7 +469,7 @@ func (g *GCRA) decide(ctx context.Context, key string, n int, charge bool) (limi
 		args = g.args(n, charge)
 	}
 	ctx, cancel := g.bound(ctx)
-	r, err := g.call(ctx, decideScript, gcraScript, g.prefix+key, args)
+	r, err := g.call(ctx, decideScript, g.prefix+key, args)
 	cancel()
 	if err != nil {
 		return g.failed(key, n, charge, reason, err)
@@ -501,16 +503,16 @@ func (g *GCRA) bound(ctx context.Context) (context.Context, context.CancelFunc) 
 	return ctx, func() {}
 }
 
-// call runs script s, whose source is src, for the Redis key rkey, within
+// call runs script s for the Redis key rkey, within
 // ctx, which bound has bounded, and checks its reply.
-func (g *GCRA) call(ctx context.Context, s *redis.Script, src, rkey string, args []any) (reply, error) {
+func (g *GCRA) call(ctx context.Context, s *redis.Script, rkey string, args []any) (reply, error) {
 	start := time.Now()
 	var r reply
 	var err error
 	if g.ctxAware {
-		r, err = eval(ctx, g.client, s, src, []string{rkey}, args)
+		r, err = eval(ctx, g.client, s, []string{rkey}, args)
 	} else {
-		r, err = g.callAsync(ctx, s, src, rkey, args)
+		r, err = g.callAsync(ctx, s, rkey, args)
 	}
 	g.statistics.observe(time.Since(start))
 	if err == nil {
@@ -545,14 +547,14 @@ func (g *GCRA) call(ctx context.Context, s *redis.Script, src, rkey string, args
 // callAsync runs a script on its own goroutine and waits for it no longer
 // than ctx allows, for clients that do not bound their socket I/O by the
 // context. The goroutine ends when the client gives up.
-func (g *GCRA) callAsync(ctx context.Context, s *redis.Script, src, rkey string, args []any) (reply, error) {
+func (g *GCRA) callAsync(ctx context.Context, s *redis.Script, rkey string, args []any) (reply, error) {
 	type result struct {
 		r   reply
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		r, err := eval(ctx, g.client, s, src, []string{rkey}, args)
+		r, err := eval(ctx, g.client, s, []string{rkey}, args)
 		done <- result{r, err}
 	}()
 	select {

@@ -226,14 +226,10 @@ var errReply = errors.New("unexpected reply to the GCRA script")
 
 // eval runs s by its SHA-1, and by its source if the server does not have
 // it (after a restart, a failover or SCRIPT FLUSH), which also loads it for
-// the next calls. A NOSCRIPT reply means the script did not run, so nothing
-// is charged twice.
-func eval(ctx context.Context, c redis.Scripter, s *redis.Script, src string, keys []string, args []any) (reply, error) {
-	cmd := c.EvalSha(ctx, s.Hash(), keys, args...)
-	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmd = c.Eval(ctx, src, keys, args...)
-	}
-	vals, err := cmd.Slice()
+// the next calls (redis.Script.Run). A NOSCRIPT reply means the script did
+// not run, so nothing is charged twice.
+func eval(ctx context.Context, c redis.Scripter, s *redis.Script, keys []string, args []any) (reply, error) {
+	vals, err := s.Run(ctx, c, keys, args...).Slice()
 	if err != nil {
 		return reply{}, err
 	}

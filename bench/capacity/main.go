@@ -30,12 +30,12 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/limitsgo/limits"
 	"github.com/limitsgo/limits/adaptive"
+	"github.com/limitsgo/limits/internal/report"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
@@ -130,7 +130,7 @@ type result struct {
 	p50, p90, p99       time.Duration
 	refusedP99          time.Duration
 	limit               string
-	sent, ok, refused   int
+	sent, refused       int
 	served              int // 2xx answered in the window, whenever sent
 	failedN             int
 	firstError          string
@@ -174,7 +174,6 @@ func runOne(cfg config, f front, rate float64) result {
 		r.sent++
 		switch {
 		case res.Code >= 200 && res.Code < 300:
-			r.ok++
 			r.admittedLatencies = append(r.admittedLatencies, res.Latency)
 		case res.Code == http.StatusServiceUnavailable:
 			r.refused++
@@ -193,8 +192,8 @@ func runOne(cfg config, f front, rate float64) result {
 	if r.sent > 0 {
 		r.shed, r.failed = float64(r.refused)/float64(r.sent), float64(r.failedN)/float64(r.sent)
 	}
-	r.p50, r.p90, r.p99 = quantile(r.admittedLatencies, 0.5), quantile(r.admittedLatencies, 0.9), quantile(r.admittedLatencies, 0.99)
-	r.refusedP99 = quantile(r.refusedLatencies, 0.99)
+	r.p50, r.p90, r.p99 = report.Percentile(r.admittedLatencies, 0.5), report.Percentile(r.admittedLatencies, 0.9), report.Percentile(r.admittedLatencies, 0.99)
+	r.refusedP99 = report.Percentile(r.refusedLatencies, 0.99)
 	switch {
 	case c != nil:
 		r.limit = fmt.Sprint(c.Limit())
@@ -253,17 +252,6 @@ func gated(g *limits.Gate, c *adaptive.Controller, next http.Handler) http.Handl
 			c.Observe(time.Since(start), adaptive.Success)
 		}
 	})
-}
-
-// quantile returns the q quantile of ds by the nearest rank, or 0 for
-// none. It sorts ds.
-func quantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	slices.Sort(ds)
-	i := int(q*float64(len(ds))+0.999999) - 1
-	return ds[min(max(i, 0), len(ds)-1)]
 }
 
 func pct(share float64) string { return fmt.Sprintf("%.1f%%", 100*share) }

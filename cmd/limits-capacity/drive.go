@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/limitsgo/limits/internal/report"
 )
 
 // step is what one step of concurrency measured.
@@ -76,7 +78,7 @@ func (d *driver) sweep(ctx context.Context) ([]step, error) {
 			return steps, err
 		}
 		if d.budget == 0 {
-			d.budget = max(s.P99*3/2, time.Millisecond).Round(10 * time.Microsecond)
+			d.budget = defaultBudget(s.P99)
 			fmt.Fprintf(d.progress, "latency budget: %v, 1.5 times the p99 at %d at once\n", d.budget, n)
 		}
 		ok := within(s, d.budget)
@@ -178,8 +180,7 @@ func (d *driver) measure(ctx context.Context, n int) (step, error) {
 		}
 	}
 	if s.Requests > 0 {
-		slices.Sort(lats)
-		s.P50, s.P90, s.P99 = quantile(lats, 0.5), quantile(lats, 0.9), quantile(lats, 0.99)
+		s.P50, s.P90, s.P99 = report.Percentile(lats, 0.5), report.Percentile(lats, 0.9), report.Percentile(lats, 0.99)
 		s.Mean = sum / time.Duration(s.Requests)
 		s.Throughput = float64(ok) / end.Sub(warm).Seconds()
 	}
@@ -227,10 +228,4 @@ func (d *driver) tick(n int, start time.Time, started *atomic.Int64) func() {
 		}
 	})
 	return func() { close(done); wg.Wait() }
-}
-
-// quantile returns the q quantile of sorted by the nearest rank.
-func quantile(sorted []time.Duration, q float64) time.Duration {
-	i := int(q*float64(len(sorted))+0.999999) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
 }

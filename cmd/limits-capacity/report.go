@@ -21,11 +21,17 @@ type knee struct {
 	best         int // index of the step of highest throughput
 }
 
+// defaultBudget is the latency budget when none is given: 1.5 times p99,
+// the 99th percentile of the first step, at least 1ms.
+func defaultBudget(p99 time.Duration) time.Duration {
+	return max(p99*3/2, time.Millisecond).Round(10 * time.Microsecond)
+}
+
 // analyse finds the knee of steps for the budget (0 means 1.5 times the
 // 99th percentile of the first step run, as the driver sets it).
 func analyse(steps []step, budget time.Duration) knee {
 	if budget == 0 {
-		budget = max(steps[0].P99*3/2, time.Millisecond).Round(10 * time.Microsecond)
+		budget = defaultBudget(steps[0].P99)
 	}
 	k := knee{steps: slices.Clone(steps), budget: budget, suggest: -1, out: -1}
 	slices.SortFunc(k.steps, func(a, b step) int { return a.Concurrency - b.Concurrency })

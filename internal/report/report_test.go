@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestFormat(t *testing.T) {
@@ -278,5 +279,20 @@ func TestWriteFile(t *testing.T) {
 	}
 	if err := WriteFile(filepath.Join(name, "d"), nil); err == nil {
 		t.Error("WriteFile under a file succeeded")
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	ds := []time.Duration{5, 1, 4, 2, 3, 10, 9, 8, 7, 6}
+	for _, tc := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.1, 1}, {0.5, 5}, {0.55, 6}, {0.9, 9}, {0.99, 10}, {1, 10}} {
+		if got := Percentile(ds, tc.q); got != tc.want {
+			t.Errorf("Percentile(%v) = %v, want %v", tc.q, got, tc.want)
+		}
+	}
+	if got := Percentile(nil, 0.5); got != 0 {
+		t.Errorf("Percentile of none = %v", got)
 	}
 }

@@ -10,13 +10,13 @@ import (
 	"container/heap"
 	"context"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"testing/synctest"
 	"time"
 
 	"github.com/limitsgo/limits"
 	"github.com/limitsgo/limits/adaptive"
+	"github.com/limitsgo/limits/internal/report"
 )
 
 // Service is a model of a service: Servers workers, each serving one
@@ -397,7 +397,7 @@ func (r *run) bucket(now time.Duration) {
 	if c := r.cfg.Front.Ctrl; c != nil {
 		b.Probing = c.Stats().Probing
 	}
-	b.P50, b.P99 = Percentile(r.lats, 0.5), Percentile(r.lats, 0.99)
+	b.P50, b.P99 = report.Percentile(r.lats, 0.5), report.Percentile(r.lats, 0.99)
 	r.out = append(r.out, b)
 	r.b, r.lats = Bucket{}, r.lats[:0]
 }
@@ -407,17 +407,6 @@ func (r *run) bucket(now time.Duration) {
 // giving up never does so at the instant of an event: the two would run
 // at once, in no fixed order.
 func even(d time.Duration) time.Duration { return (d + 1) &^ 1 }
-
-// Percentile returns the q quantile of ds by the nearest rank, or 0 for
-// none. It sorts ds.
-func Percentile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	slices.Sort(ds)
-	i := int(q*float64(len(ds))+0.999999) - 1
-	return ds[min(max(i, 0), len(ds)-1)]
-}
 
 // Summary sums up the requests that arrived in a stretch of a run.
 type Summary struct {
@@ -457,10 +446,10 @@ func (res *Result) Summarize(from, to time.Duration) Summary {
 		}
 	}
 	s.Throughput = float64(s.Admitted) / (to - from).Seconds()
-	s.P50, s.P99 = Percentile(lat, 0.5), Percentile(lat, 0.99)
+	s.P50, s.P99 = report.Percentile(lat, 0.5), report.Percentile(lat, 0.99)
 	if len(lat) > 0 {
 		s.Mean = sum / time.Duration(len(lat))
 	}
-	s.RefusedP50, s.RefusedP99 = Percentile(ref, 0.5), Percentile(ref, 0.99)
+	s.RefusedP50, s.RefusedP99 = report.Percentile(ref, 0.5), report.Percentile(ref, 0.99)
 	return s
 }
