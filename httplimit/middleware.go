@@ -485,8 +485,6 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, addr string, 
 	switch ref.Reason {
 	case ReasonLimiterError:
 		den.Status, den.RetryAfter = http.StatusServiceUnavailable, c.busyRetry
-		c.refuse(w, r, ref.Key, den)
-		return nil, false
 	case ReasonRateLimited:
 		den.Status, den.RetryAfter = http.StatusTooManyRequests, max(ceilSecond(ref.Dec.RetryAfter), time.Second)
 	case ReasonTableFull:
@@ -496,8 +494,10 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, addr string, 
 	case ReasonInvalidCost:
 		den.Status = http.StatusInternalServerError
 	}
-	refused := ref.Dec // a copy for the Denial, made only on this path
-	den.Decision = &refused
+	if ref.Reason != ReasonLimiterError { // no limiter decided
+		refused := ref.Dec // a copy for the Denial, made only on this path
+		den.Decision = &refused
+	}
 	c.setRefusalHeaders(w.Header(), ref.Rate.Item, ref.Dec, ref.Reason)
 	c.refuse(w, r, ref.Key, den)
 	return nil, false

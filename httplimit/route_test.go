@@ -159,6 +159,25 @@ func TestRouteByAddressUnderGateOnly(t *testing.T) {
 	}
 }
 
+// TestRouteLimiterErrorDropsRateHeaders has a route's limiter fail after
+// the address bucket charged: the 503 carries no RateLimit fields of the
+// charge given back.
+func TestRouteLimiterErrorDropsRateHeaders(t *testing.T) {
+	for _, timeout := range []time.Duration{0, time.Minute} {
+		m := mustNew(t, Config{Rate: limits.Limit{Events: 10, Period: time.Minute}, Timeout: timeout})
+		route := mustWith(t, m, Policy{Name: "shared", Limiter: failing{}})
+		w := serve(m.Handler(route.Handler(ok)), "192.0.2.1:1", "/")
+		if w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("Timeout %v: status %d, want 503", timeout, w.Code)
+		}
+		for _, k := range []string{"Ratelimit", "Ratelimit-Policy"} {
+			if v := w.Header().Values(k); len(v) > 0 {
+				t.Errorf("Timeout %v: %s: %q on a limiter_error refusal", timeout, k, v)
+			}
+		}
+	}
+}
+
 // TestRouteRefusalGivesBackEverything refuses in a route after the address
 // and caller key buckets and the per-client count were taken, and checks
 // that all of it comes back.

@@ -21,7 +21,9 @@ import (
 func (c *core) serveWithTimeout(next http.Handler, w http.ResponseWriter, r *http.Request, q *request) {
 	ctx, cancel := context.WithTimeout(r.Context(), c.timeout)
 	defer cancel()
-	tw := &timeoutWriter{h: make(http.Header)}
+	// The handler sees, and may change or remove, the header fields set so
+	// far, such as the RateLimit fields, as it would on w.
+	tw := &timeoutWriter{h: w.Header().Clone()}
 	// done carries the handler's panic, or nil when it returns: one channel,
 	// so that a panic can never be mistaken for a return.
 	done := make(chan any, 1)
@@ -41,6 +43,7 @@ func (c *core) serveWithTimeout(next http.Handler, w http.ResponseWriter, r *htt
 		}
 		tw.mu.Lock()
 		defer tw.mu.Unlock()
+		clear(w.Header())
 		maps.Copy(w.Header(), tw.h)
 		w.WriteHeader(tw.status())
 		w.Write(tw.buf.Bytes())
