@@ -626,10 +626,12 @@ func (s *gcraShard) maintain(g *GCRA, now int64) {
 }
 
 // compact clears the shard's tombstones in place, then moves every key
-// back to the first slot its probe sequence reaches, in ring order from an
-// empty slot: each key then finds a slot no later than its own, and no key
-// is left behind an empty slot on its way. s.mu is held, and no key held
-// has expired (maintain purges first).
+// back to the first slot its probe sequence reaches, in ring order from a
+// slot that was empty before: no probe sequence crosses that slot, so each
+// key's home comes after it, the key finds a slot no later than its own,
+// and no key is left behind an empty slot on its way. (A cleared tombstone
+// will not do: sequences cross it.) s.mu is held, and no key held has
+// expired (maintain purges first).
 func (s *gcraShard) compact(g *GCRA) {
 	if testHookScan != nil {
 		testHookScan(2 * len(s.slots))
@@ -640,19 +642,21 @@ func (s *gcraShard) compact(g *GCRA) {
 		e := &s.slots[i]
 		switch e.tag {
 		case 0:
+			if start < 0 {
+				start = i
+			}
 		case tombstone:
 			*e = gcraSlot{}
 		default:
 			s.next = min(s.next, e.tat)
-			continue
-		}
-		if start < 0 {
-			start = i
 		}
 	}
 	s.used = s.held
 	if start < 0 {
-		return // no empty slot: nothing was cleared, nothing to move
+		// Every slot was used, by keys or tombstones: never so in the
+		// table, which maintains shards before they fill.
+		s.rebuild(g, len(s.slots))
+		return
 	}
 	mask := len(s.slots) - 1
 	for k := 1; k < len(s.slots); k++ {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -566,5 +567,61 @@ func TestGCRAShardLayout(t *testing.T) {
 	}
 	if grown == 0 {
 		t.Fatal("no shard grew")
+	}
+}
+
+// TestGCRACompactKeepsKeysFindable builds shards of random layouts, with
+// keys in clusters, tombstones and empty slots, compacts them, and checks
+// that every key is still found where its probe sequence leads and that
+// no tombstone is left.
+func TestGCRACompactKeepsKeysFindable(t *testing.T) {
+	g := NewGCRA(1, time.Hour)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 20_000 {
+		size := []int{4, 8, 16, 32}[rng.IntN(4)]
+		s := &gcraShard{}
+		s.setSlots(make([]gcraSlot, size))
+		var keys []uint64
+		// Insert keys and delete some, as the table does, with at least
+		// one slot never used.
+		for range rng.IntN(3 * size) {
+			if int(s.used) >= size-1 {
+				break
+			}
+			if len(keys) > 0 && rng.IntN(3) == 0 {
+				j := rng.IntN(len(keys))
+				i, _ := s.lookup(g, keys[j], math.MinInt64)
+				s.slots[i].tag = tombstone
+				s.held--
+				keys = slices.Delete(keys, j, j+1)
+				continue
+			}
+			tag := g.tagOf(uint64(rng.IntN(size)) | uint64(rng.IntN(1<<20))<<8)
+			if i, _ := s.lookup(g, tag, math.MinInt64); i >= 0 {
+				continue
+			}
+			_, free := s.lookup(g, tag, math.MinInt64)
+			if s.slots[free].tag == 0 {
+				s.used++
+			}
+			s.held++
+			s.put(g, free, tag, gcra.Time{NS: 1 << 40})
+			keys = append(keys, tag)
+		}
+		layout := fmt.Sprint(s.slots)
+		s.compact(g)
+		for _, tag := range keys {
+			if i, _ := s.lookup(g, tag, math.MinInt64); i < 0 {
+				t.Fatalf("trial %d: key %x lost by compacting %s into %v", trial, tag, layout, s.slots)
+			}
+		}
+		for i, e := range s.slots {
+			if e.tag == tombstone {
+				t.Fatalf("trial %d: tombstone left at %d: %v", trial, i, s.slots)
+			}
+		}
+		if int(s.used) != len(keys) || int(s.held) != len(keys) {
+			t.Fatalf("trial %d: used %d, held %d, keys %d", trial, s.used, s.held, len(keys))
+		}
 	}
 }
