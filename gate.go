@@ -27,11 +27,27 @@ import (
 // the one that has waited longest, under a lock. The count inside never
 // exceeds the maximum, and the counters are exact.
 //
+// Callers come in classes (Priority): TryEnter and Enter are for
+// PriorityDefault, TryEnterPriority and EnterPriority for any class. With
+// WithReserve, the gate keeps places that lower classes may not take, so
+// that under a flood of sheddable work the critical work still gets in: a
+// class may take a place only while fewer than Max less reserved(class)
+// callers are inside, where reserved(class) is the sum of the reserves of
+// the classes above it.
+//
 // A Gate fails closed: when it cannot admit, it refuses. All methods are
 // safe for concurrent use. The zero value is not usable; call NewGate.
 type Gate struct {
 	inside atomic.Int64 // callers holding a place
-	max    atomic.Int64 // the most admitted at once
+	// lim[c] is the most callers inside below which class c may enter:
+	// max less the places reserved for the classes above c.
+	lim [numClasses]atomic.Int64
+	max atomic.Int64 // the most admitted at once
+
+	// The reserves given to NewGate, by class, and the max they were
+	// given for; SetMax scales them.
+	reserve0 [numClasses]int64
+	max0     int64
 	// nwait counts the callers in Enter's wait, or about to be: a Release
 	// that sees it at 0 after freeing a place has no one to hand it to.
 	nwait atomic.Int64
@@ -47,8 +63,8 @@ type Gate struct {
 	judge    waitJudge    // guarded by mu
 
 	peak      atomic.Int64
-	admitted  atomic.Uint64
-	shed      atomic.Uint64
+	admitted  [numClasses]atomic.Uint64
+	shed      [numClasses]atomic.Uint64
 	timedOut  atomic.Uint64
 	waited    atomic.Uint64
 	waitNanos atomic.Int64
@@ -77,6 +93,82 @@ const (
 type gateWaiter struct {
 	granted chan struct{} // receives once the place is the waiter's
 	start   int64         // when it began to wait, on the gate's clock
+	class   int           // its Priority's index
+}
+
+// Priority is the class of a caller at a Gate: with WithReserve, a gate
+// keeps places that only the classes at or above a priority may take. The
+// classes are PrioritySheddable, PriorityDefault and PriorityCritical, in
+// the manner of gRPC's and Google SRE's criticality. The zero value is
+// PriorityDefault. A Gate takes a Priority above PriorityCritical as
+// PriorityCritical and one below PrioritySheddable as PrioritySheddable.
+type Priority int8
+
+const (
+	// PrioritySheddable is for work that may be refused first under
+	// overload: prefetches, batch jobs, retries of an idempotent request.
+	PrioritySheddable Priority = -1
+	// PriorityDefault is the class of TryEnter and Enter.
+	PriorityDefault Priority = 0
+	// PriorityCritical is for the cheap, valuable work that must get in
+	// under overload: a reconnect, joining an existing session, a health
+	// check.
+	PriorityCritical Priority = 1
+)
+
+// numClasses is the number of classes; a class's index is its Priority
+// less PrioritySheddable.
+const numClasses = int(PriorityCritical-PrioritySheddable) + 1
+
+// String returns "sheddable", "default" or "critical", the class's name as
+// metrics label it, or "Priority(n)" for another value.
+func (p Priority) String() string {
+	switch p {
+	case PrioritySheddable:
+		return "sheddable"
+	case PriorityDefault:
+		return "default"
+	case PriorityCritical:
+		return "critical"
+	}
+	return fmt.Sprintf("Priority(%d)", int8(p))
+}
+
+// class returns p's index, taking a value out of range as the nearest
+// class.
+func (p Priority) class() int {
+	return int(min(max(p, PrioritySheddable), PriorityCritical) - PrioritySheddable)
+}
+
+// reserve is what one WithReserve gave.
+type reserve struct {
+	p Priority
+	n int
+}
+
+// WithReserve is an Option of NewGate: it keeps n of the gate's places for
+// the callers of class p and above, so that the classes below p may not
+// take them. A class may take a place only while fewer than Max less
+// reserved(class) callers are inside, reserved(class) being the sum of the
+// reserves of the classes above it: with NewGate(60,
+// WithReserve(PriorityCritical, 12)), default and sheddable callers take
+// at most 48 places, and critical ones all 60. p is PriorityDefault or
+// PriorityCritical (the lowest class has nobody below it to keep places
+// from); n >= 0; and the reserves together must leave at least one place
+// for PrioritySheddable. NewGate returns an error naming the option
+// otherwise. Given twice for one class, the last one counts. There are no
+// reserves by default.
+//
+// When SetMax moves the limit (as package adaptive does), the reserves
+// scale with it: at a limit of m, the reserve of p is n*m/max rounded to
+// the nearest place, max being the size given to NewGate, and at least 1
+// while n > 0; if the reserves would then leave less than one place for
+// PrioritySheddable, the lower one (PriorityDefault's) is cut first, then
+// PriorityCritical's, so that a gate of 1 has no reserve.
+func WithReserve(p Priority, n int) Option {
+	return optionFunc(func(o *options) {
+		o.reserves, o.set = append(o.reserves, reserve{p, n}), o.set|optReserve
+	})
 }
 
 // GateStats is a snapshot of a Gate's counters, in callers unless said
@@ -91,9 +183,9 @@ type GateStats struct {
 	Peak int `json:"peak"`
 	// Waiting is the number of callers waiting in Enter now.
 	Waiting int `json:"waiting"`
-	// Admitted counts the callers let in.
+	// Admitted counts the callers let in, of all classes.
 	Admitted uint64 `json:"admitted"`
-	// Shed counts the callers refused without waiting.
+	// Shed counts the callers refused without waiting, of all classes.
 	Shed uint64 `json:"shed"`
 	// TimedOut counts the callers that waited and gave up, because the wait
 	// allowed ran out or their context ended.
@@ -109,41 +201,119 @@ type GateStats struct {
 	Overloaded bool `json:"overloaded"`
 	// Overloads counts the times Enter began to refuse at once.
 	Overloads uint64 `json:"overloads"`
+	// Classes holds each class's figures, lowest first: Classes[0] is
+	// PrioritySheddable, Classes[1] PriorityDefault, Classes[2]
+	// PriorityCritical. Their Admitted and Shed add up to the gate's.
+	Classes [numClasses]GateClassStats `json:"classes"`
 }
 
-// NewGate returns a Gate admitting at most max callers at once, or an
-// error wrapping ErrInvalidLimit if max < 1.
-func NewGate(max int) (*Gate, error) {
+// GateClassStats is the part of a GateStats about one class of callers.
+type GateClassStats struct {
+	// Priority is the class.
+	Priority Priority `json:"priority"`
+	// Limit is the most callers inside below which the class may enter
+	// now: Max less the places reserved for the classes above it.
+	Limit int `json:"limit"`
+	// Admitted counts the callers of the class let in.
+	Admitted uint64 `json:"admitted"`
+	// Shed counts the callers of the class refused without waiting. Those
+	// that waited and gave up are counted in GateStats.TimedOut only.
+	Shed uint64 `json:"shed"`
+}
+
+// NewGate returns a Gate admitting at most max callers at once, with the
+// reserves of WithReserve, its only option. It returns an error wrapping
+// ErrInvalidLimit if max < 1, if a reserve is not valid (the error names
+// the option) or if an option does not apply to a Gate.
+func NewGate(max int, opts ...Option) (*Gate, error) {
 	if max < 1 {
 		return nil, fmt.Errorf("%w: gate size must be >= 1, got %d", ErrInvalidLimit, max)
 	}
-	g := &Gate{epoch: time.Now()}
-	g.max.Store(int64(max))
+	var o options
+	if err := collect(&o, opts, optReserve, "a Gate"); err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidLimit, err)
+	}
+	g := &Gate{epoch: time.Now(), max0: int64(max)}
+	sum := 0
+	for _, r := range o.reserves {
+		if r.p != PriorityDefault && r.p != PriorityCritical {
+			return nil, fmt.Errorf("%w: WithReserve(%v, %d): the priority must be PriorityDefault or PriorityCritical", ErrInvalidLimit, r.p, r.n)
+		}
+		if r.n < 0 {
+			return nil, fmt.Errorf("%w: WithReserve(%v, %d): the places reserved must be >= 0", ErrInvalidLimit, r.p, r.n)
+		}
+		c := r.p.class()
+		sum += r.n - int(g.reserve0[c])
+		g.reserve0[c] = int64(r.n)
+	}
+	if sum >= max {
+		return nil, fmt.Errorf("%w: WithReserve: %d places reserved in a gate of %d leave none for PrioritySheddable", ErrInvalidLimit, sum, max)
+	}
+	g.setMaxLocked(int64(max))
 	return g, nil
+}
+
+// setMaxLocked sets the gate's size and each class's limit, scaling the
+// reserves as WithReserve documents. g.mu is held, or g is not shared yet.
+func (g *Gate) setMaxLocked(m int64) int64 {
+	var res [numClasses]int64
+	sum := int64(0)
+	for c, n := range g.reserve0 {
+		if n > 0 {
+			res[c] = max((n*m+g.max0/2)/g.max0, 1)
+			sum += res[c]
+		}
+	}
+	// Leave a place for the lowest class: cut the lowest reserves first.
+	for c := 1; c < numClasses && sum > m-1; c++ {
+		cut := min(res[c], sum-(m-1))
+		res[c] -= cut
+		sum -= cut
+	}
+	above := int64(0)
+	for c := numClasses - 1; c >= 0; c-- {
+		g.lim[c].Store(m - above)
+		above += res[c]
+	}
+	return g.max.Swap(m)
 }
 
 // now returns the time on g's clock.
 func (g *Gate) now() int64 { return int64(time.Since(g.epoch)) }
 
-// TryEnter lets the caller in if there is room, without waiting. It returns
-// false if the gate is full.
+// TryEnter lets the caller in if there is room, without waiting, as
+// TryEnterPriority(PriorityDefault) does. It returns false if the gate is
+// full.
 func (g *Gate) TryEnter() (Permit, bool) {
-	if !g.acquire() {
-		g.shed.Add(1)
+	const c = int(PriorityDefault - PrioritySheddable)
+	if !g.acquire(c) {
+		g.shed[c].Add(1)
 		return Permit{}, false
 	}
 	return Permit{g: g}, true
 }
 
-// acquire takes a place if one is free, and records the admission.
-func (g *Gate) acquire() bool {
+// TryEnterPriority lets a caller of class p in if there is a place its
+// class may take, without waiting. It returns false if there is none.
+func (g *Gate) TryEnterPriority(p Priority) (Permit, bool) {
+	c := p.class()
+	if !g.acquire(c) {
+		g.shed[c].Add(1)
+		return Permit{}, false
+	}
+	return Permit{g: g}, true
+}
+
+// acquire takes a place if class c may take one, and records the
+// admission.
+func (g *Gate) acquire(c int) bool {
 	for {
 		n := g.inside.Load()
-		if n >= g.max.Load() {
+		if n >= g.lim[c].Load() {
 			return false
 		}
 		if g.inside.CompareAndSwap(n, n+1) {
-			g.admitted.Add(1)
+			g.admitted[c].Add(1)
 			for p := g.peak.Load(); n+1 > p && !g.peak.CompareAndSwap(p, n+1); p = g.peak.Load() {
 			}
 			return true
@@ -151,20 +321,30 @@ func (g *Gate) acquire() bool {
 	}
 }
 
-// Enter lets the caller in, waiting at most wait for room, and reports
-// whether it did. It refuses at once if the gate is full and wait <= 0, or
-// as many callers as the gate admits are waiting already, or AdaptWait
-// has judged the gate overloaded (counted as Shed); otherwise it gives up
-// when the gate has stayed full for the whole wait or ctx ends first
-// (counted as TimedOut; ctx.Err tells which). Waiting callers are let in
-// first come, first served; a caller that does not wait (TryEnter) may
-// take a place freed between two waiters.
+// Enter lets the caller in, waiting at most wait for room, as
+// EnterPriority(ctx, wait, PriorityDefault) does, and reports whether it
+// did. It refuses at once if the gate is full and wait <= 0, or as many
+// callers as the gate admits are waiting already, or AdaptWait has judged
+// the gate overloaded (counted as Shed); otherwise it gives up when the
+// gate has stayed full for the whole wait or ctx ends first (counted as
+// TimedOut; ctx.Err tells which). Waiting callers are let in first come,
+// first served; a caller that does not wait (TryEnter) may take a place
+// freed between two waiters.
 func (g *Gate) Enter(ctx context.Context, wait time.Duration) (Permit, bool) {
-	if g.acquire() {
+	return g.EnterPriority(ctx, wait, PriorityDefault)
+}
+
+// EnterPriority lets a caller of class p in, waiting at most wait for a
+// place its class may take, as Enter does for PriorityDefault. A place
+// freed while callers wait goes to the one that has waited longest among
+// those whose class may take it.
+func (g *Gate) EnterPriority(ctx context.Context, wait time.Duration, p Priority) (Permit, bool) {
+	c := p.class()
+	if g.acquire(c) {
 		return Permit{g: g}, true
 	}
 	if wait <= 0 {
-		g.shed.Add(1)
+		g.shed[c].Add(1)
 		return Permit{}, false
 	}
 	var now int64
@@ -172,7 +352,7 @@ func (g *Gate) Enter(ctx context.Context, wait time.Duration) (Permit, bool) {
 	if adapt {
 		now = g.now()
 		if now < g.cutUntil.Load() {
-			g.shed.Add(1)
+			g.shed[c].Add(1)
 			return Permit{}, false
 		}
 	}
@@ -180,7 +360,7 @@ func (g *Gate) Enter(ctx context.Context, wait time.Duration) (Permit, bool) {
 	// Count in as waiting before looking again, so that a Release that
 	// frees a place after this look sees a waiter to hand it to.
 	g.nwait.Add(1)
-	if g.acquire() {
+	if g.acquire(c) {
 		g.nwait.Add(-1)
 		g.mu.Unlock()
 		return Permit{g: g}, true
@@ -188,13 +368,13 @@ func (g *Gate) Enter(ctx context.Context, wait time.Duration) (Permit, bool) {
 	if len(g.waiters) >= int(g.max.Load()) || (adapt && g.judgeLocked(now)) {
 		g.nwait.Add(-1)
 		g.mu.Unlock()
-		g.shed.Add(1)
+		g.shed[c].Add(1)
 		return Permit{}, false
 	}
 	if !adapt {
 		now = g.now()
 	}
-	w := &gateWaiter{granted: make(chan struct{}, 1), start: now}
+	w := &gateWaiter{granted: make(chan struct{}, 1), start: now, class: c}
 	g.waiters = append(g.waiters, w)
 	g.mu.Unlock()
 
@@ -299,11 +479,20 @@ func (g *Gate) release() {
 	g.grant()
 }
 
-// grant hands free places to the callers waiting longest. g.mu is held.
+// grant hands free places to the callers waiting longest whose class may
+// take them. g.mu is held.
 func (g *Gate) grant() {
-	for len(g.waiters) > 0 && g.acquire() {
-		w := g.waiters[0]
-		g.waiters = g.waiters[1:]
+	for i := 0; i < len(g.waiters) && g.inside.Load() < g.lim[numClasses-1].Load(); {
+		w := g.waiters[i]
+		if !g.acquire(w.class) {
+			i++
+			continue
+		}
+		if i == 0 {
+			g.waiters = g.waiters[1:]
+		} else {
+			g.waiters = slices.Delete(g.waiters, i, i+1)
+		}
 		g.nwait.Add(-1)
 		if w.start >= g.judge.since {
 			g.judge.waited++
@@ -314,7 +503,8 @@ func (g *Gate) grant() {
 
 // SetMax changes the most callers g admits at once, such as a controller
 // that finds the process's capacity from latency does (package adaptive),
-// and returns the previous maximum. It panics if max < 1. A larger maximum
+// and returns the previous maximum. It panics if max < 1. The reserves of
+// WithReserve scale with it, as that option documents. A larger maximum
 // lets waiting callers in at once; a smaller one admits nobody new until
 // enough callers inside have left, and never turns anyone out. At most
 // max callers may wait.
@@ -322,12 +512,10 @@ func (g *Gate) SetMax(max int) int {
 	if max < 1 {
 		panic(fmt.Sprintf("limits: gate size must be >= 1, got %d", max))
 	}
-	old := g.max.Swap(int64(max))
-	if int64(max) > old && g.nwait.Load() > 0 {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		g.grant()
-	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.setMaxLocked(int64(max))
+	g.grant()
 	return int(old)
 }
 
@@ -338,19 +526,29 @@ func (g *Gate) InFlight() int { return int(g.inside.Load()) }
 // Stats returns a snapshot of g's counters. Each counter is read
 // atomically, but not all at the same instant.
 func (g *Gate) Stats() GateStats {
-	return GateStats{
+	s := GateStats{
 		Max:        int(g.max.Load()),
 		InFlight:   int(g.inside.Load()),
 		Peak:       int(g.peak.Load()),
 		Waiting:    int(g.nwait.Load()),
-		Admitted:   g.admitted.Load(),
-		Shed:       g.shed.Load(),
 		TimedOut:   g.timedOut.Load(),
 		Waited:     g.waited.Load(),
 		WaitTime:   time.Duration(g.waitNanos.Load()),
 		Overloaded: g.interval.Load() > 0 && g.now() < g.cutUntil.Load(),
 		Overloads:  g.overloads.Load(),
 	}
+	for c := range s.Classes {
+		cs := GateClassStats{
+			Priority: PrioritySheddable + Priority(c),
+			Limit:    int(g.lim[c].Load()),
+			Admitted: g.admitted[c].Load(),
+			Shed:     g.shed[c].Load(),
+		}
+		s.Classes[c] = cs
+		s.Admitted += cs.Admitted
+		s.Shed += cs.Shed
+	}
+	return s
 }
 
 // Permit is a caller's place in a Gate, given back by Release.
