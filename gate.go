@@ -285,9 +285,7 @@ func (g *Gate) now() int64 { return int64(time.Since(g.epoch)) }
 // TryEnterPriority(PriorityDefault) does. It returns false if the gate is
 // full.
 func (g *Gate) TryEnter() (Permit, bool) {
-	const c = int(PriorityDefault - PrioritySheddable)
-	if !g.acquire(c) {
-		g.shed[c].Add(1)
+	if !g.acquire(int(PriorityDefault-PrioritySheddable), true) {
 		return Permit{}, false
 	}
 	return Permit{g: g}, true
@@ -296,20 +294,21 @@ func (g *Gate) TryEnter() (Permit, bool) {
 // TryEnterPriority lets a caller of class p in if there is a place its
 // class may take, without waiting. It returns false if there is none.
 func (g *Gate) TryEnterPriority(p Priority) (Permit, bool) {
-	c := p.class()
-	if !g.acquire(c) {
-		g.shed[c].Add(1)
+	if !g.acquire(p.class(), true) {
 		return Permit{}, false
 	}
 	return Permit{g: g}, true
 }
 
 // acquire takes a place if class c may take one, and records the
-// admission.
-func (g *Gate) acquire(c int) bool {
+// admission, or the refusal if shed.
+func (g *Gate) acquire(c int, shed bool) bool {
 	for {
 		n := g.inside.Load()
 		if n >= g.lim[c].Load() {
+			if shed {
+				g.shed[c].Add(1)
+			}
 			return false
 		}
 		if g.inside.CompareAndSwap(n, n+1) {
@@ -340,7 +339,7 @@ func (g *Gate) Enter(ctx context.Context, wait time.Duration) (Permit, bool) {
 // those whose class may take it.
 func (g *Gate) EnterPriority(ctx context.Context, wait time.Duration, p Priority) (Permit, bool) {
 	c := p.class()
-	if g.acquire(c) {
+	if g.acquire(c, false) {
 		return Permit{g: g}, true
 	}
 	if wait <= 0 {
@@ -360,7 +359,7 @@ func (g *Gate) EnterPriority(ctx context.Context, wait time.Duration, p Priority
 	// Count in as waiting before looking again, so that a Release that
 	// frees a place after this look sees a waiter to hand it to.
 	g.nwait.Add(1)
-	if g.acquire(c) {
+	if g.acquire(c, false) {
 		g.nwait.Add(-1)
 		g.mu.Unlock()
 		return Permit{g: g}, true
@@ -484,7 +483,7 @@ func (g *Gate) release() {
 func (g *Gate) grant() {
 	for i := 0; i < len(g.waiters) && g.inside.Load() < g.lim[numClasses-1].Load(); {
 		w := g.waiters[i]
-		if !g.acquire(w.class) {
+		if !g.acquire(w.class, false) {
 			i++
 			continue
 		}
