@@ -54,6 +54,9 @@ type Gate struct {
 
 	mu      sync.Mutex
 	waiters []*gateWaiter // first come, first served; guarded by mu
+	// queued is len(waiters), written under mu, for Stats: nwait may
+	// count a caller that has not joined the queue, and will not.
+	queued atomic.Int64
 
 	// AdaptWait's state. Times are nanoseconds on the gate's own clock,
 	// which starts at epoch.
@@ -181,7 +184,8 @@ type GateStats struct {
 	InFlight int `json:"in_flight"`
 	// Peak is the highest InFlight seen.
 	Peak int `json:"peak"`
-	// Waiting is the number of callers waiting in Enter now.
+	// Waiting is the number of callers waiting in Enter now: at most Max,
+	// unless SetMax lowered Max below the callers already waiting.
 	Waiting int `json:"waiting"`
 	// Admitted counts the callers let in, of all classes.
 	Admitted uint64 `json:"admitted"`
@@ -375,6 +379,7 @@ func (g *Gate) EnterPriority(ctx context.Context, wait time.Duration, p Priority
 	}
 	w := &gateWaiter{granted: make(chan struct{}, 1), start: now, class: c}
 	g.waiters = append(g.waiters, w)
+	g.queued.Store(int64(len(g.waiters)))
 	g.mu.Unlock()
 
 	timer := time.NewTimer(wait)
@@ -395,6 +400,7 @@ func (g *Gate) EnterPriority(ctx context.Context, wait time.Duration, p Priority
 	for i, o := range g.waiters {
 		if o == w {
 			g.waiters = slices.Delete(g.waiters, i, i+1)
+			g.queued.Store(int64(len(g.waiters)))
 			g.nwait.Add(-1)
 			g.timedOut.Add(1)
 			if g.interval.Load() > 0 && w.start >= g.judge.since {
@@ -492,6 +498,7 @@ func (g *Gate) grant() {
 		} else {
 			g.waiters = slices.Delete(g.waiters, i, i+1)
 		}
+		g.queued.Store(int64(len(g.waiters)))
 		g.nwait.Add(-1)
 		if w.start >= g.judge.since {
 			g.judge.waited++
@@ -529,7 +536,7 @@ func (g *Gate) Stats() GateStats {
 		Max:        int(g.max.Load()),
 		InFlight:   int(g.inside.Load()),
 		Peak:       int(g.peak.Load()),
-		Waiting:    int(g.nwait.Load()),
+		Waiting:    int(g.queued.Load()),
 		TimedOut:   g.timedOut.Load(),
 		Waited:     g.waited.Load(),
 		WaitTime:   time.Duration(g.waitNanos.Load()),

@@ -887,3 +887,46 @@ func scaleRef(n, max0, m int) int {
 	}
 	return max(int(math.Round(float64(n)*float64(m)/float64(max0))), 1)
 }
+
+// TestGateWaitingStorm runs 100 goroutines through a gate of 8 while
+// another reads Stats, for up to five rounds: Waiting never reads above
+// the gate's size, nor InFlight.
+func TestGateWaitingStorm(t *testing.T) {
+	const size = 8
+	for round := 0; round < 5 && !t.Failed(); round++ {
+		g := mustGate(t, size)
+		var stop atomic.Bool
+		var bad atomic.Value
+		reader := make(chan struct{})
+		go func() {
+			defer close(reader)
+			for !stop.Load() {
+				if s := g.Stats(); s.Waiting > size || s.InFlight > size || s.Waiting < 0 {
+					bad.Store(s)
+				}
+			}
+		}()
+		var wg sync.WaitGroup
+		for range 100 {
+			wg.Go(func() {
+				for range 200 {
+					// Holding the place a moment keeps the queue full,
+					// and callers finding it full in Enter's locked part.
+					if p, ok := g.Enter(context.Background(), time.Millisecond); ok {
+						time.Sleep(10 * time.Microsecond)
+						p.Release()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		stop.Store(true)
+		<-reader
+		if s := bad.Load(); s != nil {
+			t.Errorf("round %d: Stats of a gate of %d read %+v", round, size, s)
+		}
+		if s := g.Stats(); s.Waiting != 0 || s.InFlight != 0 || s.Admitted+s.Shed+s.TimedOut != 100*200 {
+			t.Errorf("after the storm: %+v", s)
+		}
+	}
+}
