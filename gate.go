@@ -434,7 +434,11 @@ func (g *Gate) waitedFor(w *gateWaiter, end int64) {
 // overload persists, each refusal period lasts twice as long as the one
 // before, up to 16 intervals, so that under steady overload only about one
 // caller in seventeen that finds the gate full is made to wait. An interval
-// of 100ms, twenty times a wait of 5ms, suits most services; interval <= 0
+// of 100ms, twenty times a wait of 5ms, suits most services. Only the
+// interval just ended is judged: an interval's counts are judged when the
+// first caller after its end waits or stops waiting, and dropped if that
+// is more than an interval after its end, so that a caller after a quiet
+// spell is never refused for an overload long past. Interval <= 0
 // turns adaptation off, the default, and ends a refusal period at once.
 // TryEnter, which never waits, is unaffected.
 func (g *Gate) AdaptWait(interval time.Duration) {
@@ -453,7 +457,10 @@ func (g *Gate) judgeLocked(now int64) bool {
 	if now-j.since < iv {
 		return false
 	}
-	standing := j.waited >= judgeMin && 3*j.gaveUp > j.waited
+	// Judged when the next caller waits or stops waiting: if that is more
+	// than an interval after the counted one ended, the interval just
+	// ended saw no wait end, and the counts, however bad, are history.
+	standing := now-j.since < 2*iv && j.waited >= judgeMin && 3*j.gaveUp > j.waited
 	j.waited, j.gaveUp, j.since = 0, 0, now
 	if !standing {
 		return false

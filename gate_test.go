@@ -930,3 +930,54 @@ func TestGateWaitingStorm(t *testing.T) {
 		}
 	}
 }
+
+// TestGateAdaptWaitForgetsPast is issue 19's case: four callers whose
+// wait ran out, then ten seconds without load. The interval they were
+// counted in ended long ago; the next caller is judged on the interval
+// just ended, in which nobody waited, and may wait.
+func TestGateAdaptWaitForgetsPast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := mustGate(t, 4)
+		var held [4]Permit
+		for i := range held {
+			held[i], _ = g.TryEnter()
+		}
+		g.AdaptWait(100 * time.Millisecond)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				if _, ok := g.Enter(context.Background(), 5*time.Millisecond); ok {
+					t.Error("a caller entered a full gate")
+				}
+			})
+		}
+		wg.Wait()
+		time.Sleep(10 * time.Second)
+		before := g.Stats()
+		start := time.Now()
+		_, ok := g.Enter(context.Background(), 5*time.Millisecond)
+		waited := time.Since(start)
+		s := g.Stats()
+		if ok || waited != 5*time.Millisecond || s.Shed != before.Shed || s.Overloaded || s.Overloads != 0 {
+			t.Errorf("Enter 10s after the last wait: %v after %v, Stats %+v; want a 5ms wait, no cut", ok, waited, s)
+		}
+		// Within the interval after the four, the judgement stands.
+		h := mustGate(t, 4)
+		for i := range held {
+			held[i].Release()
+			held[i], _ = h.TryEnter()
+		}
+		h.AdaptWait(100 * time.Millisecond)
+		for range 4 {
+			wg.Go(func() { h.Enter(context.Background(), 5*time.Millisecond) })
+		}
+		wg.Wait()
+		time.Sleep(150 * time.Millisecond)
+		if _, ok := h.Enter(context.Background(), 5*time.Millisecond); ok || !h.Stats().Overloaded {
+			t.Errorf("Enter in the interval after four waits ran out: %v, Stats %+v; want a cut", ok, h.Stats())
+		}
+		for i := range held {
+			held[i].Release()
+		}
+	})
+}
