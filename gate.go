@@ -96,7 +96,7 @@ const (
 type gateWaiter struct {
 	granted chan struct{} // receives once the place is the waiter's
 	start   int64         // when it began to wait, on the gate's clock
-	class   int           // its Priority's index
+	class   Priority
 }
 
 // Priority is the class of a caller at a Gate: with WithReserve, a gate
@@ -140,7 +140,7 @@ func (p Priority) String() string {
 // class returns p's index, taking a value out of range as the nearest
 // class.
 func (p Priority) class() int {
-	return int(min(max(p, PrioritySheddable), PriorityCritical) - PrioritySheddable)
+	return min(max(int(p)-int(PrioritySheddable), 0), numClasses-1)
 }
 
 // reserve is what one WithReserve gave.
@@ -289,7 +289,7 @@ func (g *Gate) now() int64 { return int64(time.Since(g.epoch)) }
 // TryEnterPriority(PriorityDefault) does. It returns false if the gate is
 // full.
 func (g *Gate) TryEnter() (Permit, bool) {
-	if !g.acquire(int(PriorityDefault-PrioritySheddable), true) {
+	if !g.acquire(PriorityDefault, true) {
 		return Permit{}, false
 	}
 	return Permit{g: g}, true
@@ -298,15 +298,16 @@ func (g *Gate) TryEnter() (Permit, bool) {
 // TryEnterPriority lets a caller of class p in if there is a place its
 // class may take, without waiting. It returns false if there is none.
 func (g *Gate) TryEnterPriority(p Priority) (Permit, bool) {
-	if !g.acquire(p.class(), true) {
+	if !g.acquire(p, true) {
 		return Permit{}, false
 	}
 	return Permit{g: g}, true
 }
 
-// acquire takes a place if class c may take one, and records the
+// acquire takes a place if class p may take one, and records the
 // admission, or the refusal if shed.
-func (g *Gate) acquire(c int, shed bool) bool {
+func (g *Gate) acquire(p Priority, shed bool) bool {
+	c := p.class()
 	for {
 		n := g.inside.Load()
 		if n >= g.lim[c].Load() {
@@ -343,7 +344,7 @@ func (g *Gate) Enter(ctx context.Context, wait time.Duration) (Permit, bool) {
 // those whose class may take it.
 func (g *Gate) EnterPriority(ctx context.Context, wait time.Duration, p Priority) (Permit, bool) {
 	c := p.class()
-	if g.acquire(c, false) {
+	if g.acquire(p, false) {
 		return Permit{g: g}, true
 	}
 	if wait <= 0 {
@@ -363,7 +364,7 @@ func (g *Gate) EnterPriority(ctx context.Context, wait time.Duration, p Priority
 	// Count in as waiting before looking again, so that a Release that
 	// frees a place after this look sees a waiter to hand it to.
 	g.nwait.Add(1)
-	if g.acquire(c, false) {
+	if g.acquire(p, false) {
 		g.nwait.Add(-1)
 		g.mu.Unlock()
 		return Permit{g: g}, true
@@ -377,7 +378,7 @@ func (g *Gate) EnterPriority(ctx context.Context, wait time.Duration, p Priority
 	if !adapt {
 		now = g.now()
 	}
-	w := &gateWaiter{granted: make(chan struct{}, 1), start: now, class: c}
+	w := &gateWaiter{granted: make(chan struct{}, 1), start: now, class: p}
 	g.waiters = append(g.waiters, w)
 	g.queued.Store(int64(len(g.waiters)))
 	g.mu.Unlock()

@@ -202,6 +202,19 @@ func TestGateAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("TryEnter and Release allocate %v times per run, want 0", allocs)
 	}
+	r, err := NewGate(8, WithReserve(PriorityCritical, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs = testing.AllocsPerRun(1000, func() {
+		p, _ := r.TryEnterPriority(PrioritySheddable)
+		p.Release()
+		r.TryEnterPriority(PrioritySheddable)
+		r.Stats()
+	})
+	if allocs != 0 {
+		t.Errorf("TryEnterPriority, Release and Stats allocate %v times per run, want 0", allocs)
+	}
 }
 
 // TestGateHandoffNoLostWakeup races a Release with an Enter that finds
@@ -639,11 +652,11 @@ func TestGateSeedReserve(t *testing.T) {
 		t.Error("a sheddable caller was refused with 47 inside")
 	}
 	// A priority out of range counts as the nearest class.
-	if _, ok := g.TryEnterPriority(Priority(100)); !ok {
-		t.Error("Priority(100) was not taken as critical")
+	if _, ok := g.TryEnterPriority(Priority(127)); !ok {
+		t.Error("Priority(127) was not taken as critical")
 	}
-	if _, ok := g.TryEnterPriority(Priority(-100)); ok || g.Stats().Classes[0].Shed != 3 {
-		t.Errorf("Priority(-100) not counted as sheddable: %+v", g.Stats().Classes)
+	if _, ok := g.TryEnterPriority(Priority(-128)); ok || g.Stats().Classes[0].Shed != 3 {
+		t.Errorf("Priority(-128) not counted as sheddable: %+v", g.Stats().Classes)
 	}
 }
 
