@@ -94,7 +94,9 @@ const (
 
 // gateWaiter is a caller waiting in Enter for a place.
 type gateWaiter struct {
-	granted chan struct{} // receives once the place is the waiter's
+	// granted receives once: true when the place is the waiter's, false
+	// when its place in the queue went to a caller of a higher class.
+	granted chan bool
 	start   int64         // when it began to wait, on the gate's clock
 	class   Priority
 }
@@ -189,7 +191,9 @@ type GateStats struct {
 	Waiting int `json:"waiting"`
 	// Admitted counts the callers let in, of all classes.
 	Admitted uint64 `json:"admitted"`
-	// Shed counts the callers refused without waiting, of all classes.
+	// Shed counts the callers refused without waiting, of all classes,
+	// and the waiters whose place in the queue went to a caller of a
+	// higher class (see EnterPriority).
 	Shed uint64 `json:"shed"`
 	// TimedOut counts the callers that waited and gave up, because the wait
 	// allowed ran out or their context ended.
@@ -220,7 +224,8 @@ type GateClassStats struct {
 	Limit int `json:"limit"`
 	// Admitted counts the callers of the class let in.
 	Admitted uint64 `json:"admitted"`
-	// Shed counts the callers of the class refused without waiting. Those
+	// Shed counts the callers of the class refused without waiting, or
+	// whose place in the queue went to a caller of a higher class. Those
 	// that waited and gave up are counted in GateStats.TimedOut only.
 	Shed uint64 `json:"shed"`
 }
@@ -341,7 +346,10 @@ func (g *Gate) Enter(ctx context.Context, wait time.Duration) (Permit, bool) {
 // EnterPriority lets a caller of class p in, waiting at most wait for a
 // place its class may take, as Enter does for PriorityDefault. A place
 // freed while callers wait goes to the one that has waited longest among
-// those whose class may take it.
+// those whose class may take it. A caller that finds the queue full takes
+// the place in it of the waiter of the lowest class below its own that
+// came last, if there is one, and that waiter is refused at once (counted
+// as Shed, of its class); otherwise it is refused itself.
 func (g *Gate) EnterPriority(ctx context.Context, wait time.Duration, p Priority) (Permit, bool) {
 	c := p.class()
 	if g.acquire(p, false) {
@@ -369,16 +377,16 @@ func (g *Gate) EnterPriority(ctx context.Context, wait time.Duration, p Priority
 		g.mu.Unlock()
 		return Permit{g: g}, true
 	}
-	if len(g.waiters) >= int(g.max.Load()) || (adapt && g.judgeLocked(now)) {
+	if !adapt {
+		now = g.now()
+	}
+	if (adapt && g.judgeLocked(now)) || (len(g.waiters) >= int(g.max.Load()) && !g.evictLocked(c, now)) {
 		g.nwait.Add(-1)
 		g.mu.Unlock()
 		g.shed[c].Add(1)
 		return Permit{}, false
 	}
-	if !adapt {
-		now = g.now()
-	}
-	w := &gateWaiter{granted: make(chan struct{}, 1), start: now, class: p}
+	w := &gateWaiter{granted: make(chan bool, 1), start: now, class: p}
 	g.waiters = append(g.waiters, w)
 	g.queued.Store(int64(len(g.waiters)))
 	g.mu.Unlock()
@@ -387,7 +395,10 @@ func (g *Gate) EnterPriority(ctx context.Context, wait time.Duration, p Priority
 	defer timer.Stop()
 	expired := false
 	select {
-	case <-w.granted:
+	case ok := <-w.granted:
+		if !ok {
+			return Permit{}, false // counted by evictLocked
+		}
 		g.waitedFor(w, g.now())
 		return Permit{g: g}, true
 	case <-timer.C:
@@ -397,12 +408,12 @@ func (g *Gate) EnterPriority(ctx context.Context, wait time.Duration, p Priority
 	end := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.waitedFor(w, end)
 	for i, o := range g.waiters {
 		if o == w {
 			g.waiters = slices.Delete(g.waiters, i, i+1)
 			g.queued.Store(int64(len(g.waiters)))
 			g.nwait.Add(-1)
+			g.waitedFor(w, end)
 			g.timedOut.Add(1)
 			if g.interval.Load() > 0 && w.start >= g.judge.since {
 				g.judge.waited++
@@ -414,8 +425,35 @@ func (g *Gate) EnterPriority(ctx context.Context, wait time.Duration, p Priority
 			return Permit{}, false
 		}
 	}
-	// Granted a place as the wait ended: take it.
+	// Granted a place, or refused, as the wait ended.
+	if !<-w.granted {
+		return Permit{}, false
+	}
+	g.waitedFor(w, end)
 	return Permit{g: g}, true
+}
+
+// evictLocked makes room in the full queue for a caller of class c: it
+// refuses the waiter of the lowest class below c that came last, if there
+// is one, and reports whether it did. g.mu is held.
+func (g *Gate) evictLocked(c int, now int64) bool {
+	at := -1
+	for i := len(g.waiters) - 1; i >= 0; i-- {
+		if k := g.waiters[i].class.class(); k < c && (at < 0 || k < g.waiters[at].class.class()) {
+			at = i
+		}
+	}
+	if at < 0 {
+		return false
+	}
+	w := g.waiters[at]
+	g.waiters = slices.Delete(g.waiters, at, at+1)
+	g.queued.Store(int64(len(g.waiters)))
+	g.nwait.Add(-1)
+	g.waitedFor(w, now)
+	g.shed[w.class.class()].Add(1)
+	w.granted <- false
+	return true
 }
 
 // waitedFor counts a wait that began at w.start and ended at end.
@@ -511,7 +549,7 @@ func (g *Gate) grant() {
 		if w.start >= g.judge.since {
 			g.judge.waited++
 		}
-		w.granted <- struct{}{}
+		w.granted <- true
 	}
 }
 

@@ -994,3 +994,135 @@ func TestGateAdaptWaitForgetsPast(t *testing.T) {
 		}
 	})
 }
+
+// TestGateQueueByClass fills a gate's queue with sheddable waiters: a
+// critical caller that must wait takes the place in the queue of the
+// youngest of them, which is refused at once, rather than being refused
+// itself.
+func TestGateQueueByClass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, err := NewGate(2, WithReserve(PriorityCritical, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := g.TryEnterPriority(PrioritySheddable)
+		defer a.Release()
+		b, _ := g.TryEnterPriority(PriorityCritical)
+		type result struct {
+			name string
+			ok   bool
+			at   time.Duration
+		}
+		got := make(chan result, 4)
+		start := time.Now()
+		wait := func(name string, p Priority) {
+			go func() {
+				q, ok := g.EnterPriority(context.Background(), time.Hour, p)
+				got <- result{name, ok, time.Since(start)}
+				if ok {
+					time.Sleep(time.Second)
+					q.Release()
+				}
+			}()
+			synctest.Wait()
+		}
+		wait("old sheddable", PrioritySheddable)
+		time.Sleep(time.Millisecond)
+		wait("young sheddable", PrioritySheddable)
+		if s := g.Stats(); s.Waiting != 2 {
+			t.Fatalf("%d waiting, want the queue full with 2", s.Waiting)
+		}
+		time.Sleep(time.Millisecond)
+		wait("critical", PriorityCritical)
+		if r := <-got; r.name != "young sheddable" || r.ok || r.at != 2*time.Millisecond {
+			t.Fatalf("got %+v, want the young sheddable waiter refused when the critical one came", r)
+		}
+		// A second critical caller finds the queue full of one sheddable
+		// and one critical waiter: it displaces the sheddable one.
+		wait("critical 2", PriorityCritical)
+		if r := <-got; r.name != "old sheddable" || r.ok {
+			t.Fatalf("got %+v, want the old sheddable waiter refused", r)
+		}
+		// A third finds only critical waiters: it is refused itself.
+		if _, ok := g.EnterPriority(context.Background(), time.Hour, PriorityCritical); ok {
+			t.Fatal("a third critical caller entered")
+		}
+		b.Release()
+		synctest.Wait()
+		if r := <-got; r.name != "critical" || !r.ok {
+			t.Fatalf("got %+v, want the first critical waiter let in", r)
+		}
+		s := g.Stats()
+		if s.Classes[0].Shed != 2 || s.Classes[2].Shed != 1 || s.Waited != 3 || s.TimedOut != 0 || s.Waiting != 1 {
+			t.Errorf("Stats = %+v", s)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if r := <-got; r.name != "critical 2" || !r.ok {
+			t.Fatalf("got %+v, want the second critical waiter let in", r)
+		}
+		time.Sleep(time.Second) // for it to leave
+	})
+}
+
+// TestGateClassesStorm runs callers of every class, waiting or not,
+// through a small gate with reserves, under -race: the classes below
+// critical never hold more places than their limit, every caller is
+// counted once, and nothing is left inside or waiting.
+func TestGateClassesStorm(t *testing.T) {
+	g, err := NewGate(8, WithReserve(PriorityCritical, 2), WithReserve(PriorityDefault, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inside [3]atomic.Int64
+	var tries [3]atomic.Uint64
+	var bad atomic.Value
+	var wg sync.WaitGroup
+	for i := range 100 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			for range 200 {
+				p := Priority(rng.IntN(3) - 1)
+				c := p + 1
+				tries[c].Add(1)
+				q, ok := g.EnterPriority(context.Background(), time.Duration(rng.IntN(200))*time.Microsecond, p)
+				if !ok {
+					continue
+				}
+				inside[c].Add(1)
+				// Class c and those below it hold at most c's limit.
+				var n int64
+				for k := range c + 1 {
+					n += inside[k].Load()
+				}
+				if lim := [3]int64{4, 6, 8}[c]; n > lim {
+					bad.Store(fmt.Sprintf("%d callers of class %v and below inside, limit %d", n, p, lim))
+				}
+				time.Sleep(time.Duration(rng.IntN(20)) * time.Microsecond)
+				inside[c].Add(-1)
+				q.Release()
+			}
+		})
+	}
+	wg.Wait()
+	if b := bad.Load(); b != nil {
+		t.Error(b)
+	}
+	s := g.Stats()
+	var admitted, shed uint64
+	for c := range 3 {
+		admitted += s.Classes[c].Admitted
+		shed += s.Classes[c].Shed
+	}
+	if admitted != s.Admitted || shed != s.Shed || s.Admitted+s.Shed+s.TimedOut != 100*200 {
+		t.Errorf("Stats = %+v for %d callers", s, 100*200)
+	}
+	for c := range 3 {
+		if got := s.Classes[c].Admitted + s.Classes[c].Shed; got > tries[c].Load() {
+			t.Errorf("class %d: %d counted, %d tried", c, got, tries[c].Load())
+		}
+	}
+	if s.InFlight != 0 || s.Waiting != 0 || g.nwait.Load() != 0 {
+		t.Errorf("after the storm: %+v, nwait %d", s, g.nwait.Load())
+	}
+}
