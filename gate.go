@@ -97,8 +97,8 @@ type gateWaiter struct {
 	// granted receives once: true when the place is the waiter's, false
 	// when its place in the queue went to a caller of a higher class.
 	granted chan bool
-	start   int64         // when it began to wait, on the gate's clock
-	class   Priority
+	start   int64    // when it began to wait, on the gate's clock
+	class   Priority // the caller's
 }
 
 // Priority is the class of a caller at a Gate: with WithReserve, a gate
