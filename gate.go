@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -269,7 +270,11 @@ func (g *Gate) setMaxLocked(m int64) int64 {
 	sum := int64(0)
 	for c, n := range g.reserve0 {
 		if n > 0 {
-			res[c] = max((n*m+g.max0/2)/g.max0, 1)
+			// n*m/max0 rounded, in 128 bits: n < max0, so it fits in m.
+			hi, lo := bits.Mul64(uint64(n), uint64(m))
+			lo, carry := bits.Add64(lo, uint64(g.max0/2), 0)
+			q, _ := bits.Div64(hi+carry, lo, uint64(g.max0))
+			res[c] = max(int64(q), 1)
 			sum += res[c]
 		}
 	}

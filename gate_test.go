@@ -816,6 +816,7 @@ func TestGateReserveScales(t *testing.T) {
 		{2, [3]int{1, 1, 2}},     // the default reserve cut for the sheddable place
 		{1, [3]int{1, 1, 1}},     // no reserve left
 		{61, [3]int{43, 49, 61}}, // 12.2 and 6.1 rounded
+		{1 << 62, [3]int{3228180212899171533, 3689348814741910323, 1 << 62}}, // 2^62*12/60 and 2^62*6/60, rounded: no overflow
 	} {
 		g.SetMax(c.max)
 		if got := classLimits(g); got != c.want {
