@@ -3,10 +3,12 @@ package httplimit
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -357,4 +359,70 @@ func TestLoadEnvPrefixes(t *testing.T) {
 			t.Errorf("%s=%q: %v", name, bad, err)
 		}
 	}
+}
+
+// failCounter is a Limiter that always fails, and counts its calls.
+type failCounter struct{ n atomic.Int64 }
+
+func (f *failCounter) Take(context.Context, string, int) (limits.Decision, error) {
+	f.n.Add(1)
+	return limits.Decision{}, errors.New("store unreachable")
+}
+
+func (*failCounter) Refund(context.Context, string, limits.Decision) error { return nil }
+
+// TestLocalBeforeSharedDuringOutage checks that a failure policy speaks for
+// the failing limiter only: under FailOpen the local limiter in front of
+// it keeps counting and refusing, and the shared one is not asked about a
+// request the local one refuses; under FailClosed the refusal gives the
+// local charge back.
+func TestLocalBeforeSharedDuringOutage(t *testing.T) {
+	const key = "a:192.0.2.1/32"
+	for _, tt := range []struct {
+		policy ErrorPolicy
+		want   []int
+		calls  int64
+		left   int // the local bucket's Remaining afterwards
+	}{
+		{FailOpen, []int{200, 200, 429, 429, 429}, 2, 0},
+		{FailClosed, []int{503, 503, 503, 503, 503}, 5, 2},
+	} {
+		shared := &failCounter{}
+		m := mustNew(t, Config{Limiter: shared, Rate: limits.Limit{Events: 2, Period: time.Hour}, OnLimiterError: tt.policy})
+		h := m.Handler(ok)
+		for i, want := range tt.want {
+			if w := serve(h, "192.0.2.1:1", "/"); w.Code != want {
+				t.Errorf("policy %d: request %d: %d, want %d", tt.policy, i, w.Code, want)
+			}
+		}
+		if n := shared.n.Load(); n != tt.calls {
+			t.Errorf("policy %d: the shared limiter was asked %d times, want %d", tt.policy, n, tt.calls)
+		}
+		if p := m.rates[0].Pre.Peek(key); p.Remaining != tt.left {
+			t.Errorf("policy %d: local bucket afterwards: %+v, want Remaining %d", tt.policy, p, tt.left)
+		}
+	}
+
+	// Served under FailOpen, then refused by a later layer: the local charge
+	// is given back, as any other.
+	synctest.Test(t, func(t *testing.T) {
+		block := make(chan struct{})
+		m := mustNew(t, Config{Limiter: &failCounter{}, Rate: limits.Limit{Events: 2, Period: time.Hour},
+			OnLimiterError: FailOpen, MaxInFlightPerClient: 1})
+		h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/slow" {
+				<-block
+			}
+		}))
+		go serve(h, "192.0.2.1:1", "/slow")
+		synctest.Wait()
+		if w := serve(h, "192.0.2.1:1", "/"); w.Code != 429 || problemOf(t, w).Reason != ReasonConcurrencyLimited {
+			t.Errorf("second request: %d %s, want 429 concurrency_limited", w.Code, w.Body.String())
+		}
+		if p := m.rates[0].Pre.Peek(key); p.Remaining != 1 {
+			t.Errorf("local bucket after a concurrency refusal: %+v, want Remaining 1", p)
+		}
+		close(block)
+		synctest.Wait()
+	})
 }
