@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -425,4 +427,77 @@ func TestLocalBeforeSharedDuringOutage(t *testing.T) {
 		close(block)
 		synctest.Wait()
 	})
+}
+
+// TestRouteOrderWhereverMounted checks that a route's policies run before
+// per-client concurrency, as documented, whether the route is mounted
+// inside m.Handler or served by its own Handler alone: the same answers,
+// and per-policy Stats that agree.
+func TestRouteOrderWhereverMounted(t *testing.T) {
+	type outcome struct {
+		code                      int
+		reason, retry, rateFields string
+	}
+	run := func(t *testing.T, nested bool) ([]outcome, []PolicyStats) {
+		var got []outcome
+		var stats []PolicyStats
+		synctest.Test(t, func(t *testing.T) {
+			m := mustNew(t, Config{Rate: limits.Limit{Events: 10, Period: time.Hour}, MaxInFlightPerClient: 1})
+			login := mustWith(t, m, Policy{Name: "login", Rate: limits.Limit{Events: 1, Period: time.Hour}})
+			api := mustWith(t, m, Policy{Name: "api", Rate: limits.Limit{Events: 10, Period: time.Hour}})
+			block := make(chan struct{})
+			slow := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-block })
+			mux := http.NewServeMux()
+			mux.Handle("/login", login.Handler(ok))
+			mux.Handle("/api", api.Handler(ok))
+			var h http.Handler = mux
+			if nested {
+				mux.Handle("/slow", slow)
+				h = m.Handler(mux)
+			} else {
+				mux.Handle("/slow", m.Handler(slow))
+			}
+			const a = "192.0.2.1:1"
+			record := func(w *httptest.ResponseRecorder) {
+				o := outcome{code: w.Code, retry: w.Header().Get("Retry-After"), rateFields: w.Header().Get("RateLimit")}
+				if w.Code != 200 {
+					o.reason = problemOf(t, w).Reason
+				}
+				got = append(got, o)
+			}
+			record(serve(h, a, "/login"))
+			go serve(h, a, "/slow")
+			synctest.Wait()
+			record(serve(h, a, "/login"))
+			record(serve(h, a, "/api")) // allowed by its policy, then refused: its charge given back
+			close(block)
+			synctest.Wait()
+			record(serve(h, a, "/api"))
+			synctest.Wait()
+			stats = m.Stats().Policies
+		})
+		return got, stats
+	}
+	want := []outcome{
+		{200, "", "", `"default";r=9;t=360, "login";r=0;t=3600`},
+		{429, ReasonRateLimited, "3600", `"login";r=0;t=3600`},
+		{429, ReasonConcurrencyLimited, "1", ""},
+		{200, "", "", `"default";r=7;t=1080, "api";r=9;t=360`},
+	}
+	var stats [2][]PolicyStats
+	for i, nested := range []bool{true, false} {
+		got, s := run(t, nested)
+		stats[i] = s
+		if len(got) != len(want) {
+			t.Fatalf("nested %v: %d outcomes", nested, len(got))
+		}
+		for j := range want {
+			if got[j] != want[j] {
+				t.Errorf("nested %v: request %d: %+v, want %+v", nested, j, got[j], want[j])
+			}
+		}
+	}
+	if fmt.Sprint(stats[0]) != fmt.Sprint(stats[1]) {
+		t.Errorf("per-policy Stats differ:\nnested %+v\nalone  %+v", stats[0], stats[1])
+	}
 }
