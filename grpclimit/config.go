@@ -56,13 +56,18 @@ type Config struct {
 	// baseline latency, again while that shows it too high. It needs
 	// MaxInFlight; the zero adaptive.Config is usable.
 	Adaptive *adaptive.Config
-	// Timeout, if positive, is a deadline for each unary call: when it
-	// passes, the handler's context is cancelled and the client gets
-	// codes.DeadlineExceeded with reason request_timeout, while the call
-	// keeps its place in the gate until the handler returns. For a stream,
-	// which lives as long as it is used, Timeout bounds only its set-up:
-	// a stream not established by then gives its place in the gate back
-	// and carries on.
+	// Timeout, if positive, is a deadline for each unary call, from when
+	// the gate lets it in (from its arrival, without a gate): it bounds the
+	// rate layers' limiter calls (each also by LimiterTimeout) and the
+	// handler together. When it passes, the handler's context is cancelled
+	// and the client gets codes.DeadlineExceeded with reason
+	// request_timeout, while the call keeps its place in the gate until the
+	// handler returns; a call whose deadline passes before its handler
+	// starts (limiters slow to answer, or failing under FailOpen) gets it
+	// without the handler being called, and its charges are given back.
+	// For a stream, which lives as long as it is used, Timeout bounds only
+	// its set-up: a stream not established within Timeout of its admission
+	// gives its place in the gate back and carries on.
 	Timeout time.Duration
 	// BusyRetryAfter is the retry delay sent with server_busy,
 	// concurrency_limited, concurrency_table_full, table_full and

@@ -51,11 +51,16 @@ type Config struct {
 	// shows it too high. It needs MaxInFlight; the zero adaptive.Config is
 	// usable.
 	Adaptive *adaptive.Config
-	// Timeout, if positive, is a deadline for each request: when it passes,
-	// the handler's context is cancelled and the client gets 503 with
-	// reason request_timeout. The handler's response is buffered until it
-	// returns, as with http.TimeoutHandler, so routes that stream or hijack
-	// the connection need a Middleware without Timeout.
+	// Timeout, if positive, is a deadline for each request, from when the
+	// gate lets it in (from its arrival, without a gate): it bounds the
+	// rate layers' limiter calls (each also by LimiterTimeout) and the
+	// handler together. When it passes, the handler's context is cancelled
+	// and the client gets 503 with reason request_timeout; a request whose
+	// deadline passes before its handler starts (limiters slow to answer,
+	// or failing under FailOpen) gets it without the handler being called,
+	// and its charges are given back. The handler's response is buffered
+	// until it returns, as with http.TimeoutHandler, so routes that stream
+	// or hijack the connection need a Middleware without Timeout.
 	Timeout time.Duration
 	// BusyRetryAfter is the Retry-After sent with server_busy and
 	// request_timeout refusals, rounded up to whole seconds; 0 means one
