@@ -96,8 +96,11 @@ type Config struct {
 	Limiter limits.Limiter
 	// LimiterTimeout bounds each call to Limiter or CallerLimiter; past
 	// it, the call counts as failed and OnLimiterError applies. 0 means
-	// 250ms, or Timeout if that is shorter. A local limiter built from
-	// Rate decides in process and is not bounded.
+	// 250ms, or Timeout if that is shorter. The limiter's context ends a
+	// tenth of the bound (at most 10ms) before it, so that a limiter giving
+	// up at its own deadline is heard: the error counted and logged is
+	// then its own, with its cause (a refused connection, say). A local
+	// limiter built from Rate decides in process and is not bounded.
 	LimiterTimeout time.Duration
 	// Cost, if set, returns the cost of a call of the method named in the
 	// address and caller key buckets, such as a larger one for an
