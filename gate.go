@@ -53,7 +53,7 @@ type Gate struct {
 	// that sees it at 0 after freeing a place has no one to hand it to.
 	nwait atomic.Int64
 
-	mu      sync.Mutex
+	mu sync.Mutex
 	// waiters holds the waiting callers of each class, first come first;
 	// guarded by mu, as is seq, the number of the next to come.
 	waiters [numClasses][]*gateWaiter
