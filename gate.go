@@ -25,8 +25,9 @@ import (
 //
 // Entering and leaving are a compare-and-swap and an atomic add on the
 // count inside when nobody waits; a place freed while callers wait goes to
-// the one that has waited longest, under a lock. The count inside never
-// exceeds the maximum, and the counters are exact.
+// the one that has waited longest among those whose class may take it,
+// under a lock. The count inside never exceeds the maximum, and the
+// counters are exact.
 //
 // Callers come in classes (Priority): TryEnter and Enter are for
 // PriorityDefault, TryEnterPriority and EnterPriority for any class. With
