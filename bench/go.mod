@@ -6,8 +6,8 @@ require (
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/go-chi/httprate v0.16.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
-	github.com/limitsgo/limits v0.0.0
-	github.com/limitsgo/limits/redislimit v0.0.0-00010101000000-000000000000
+	github.com/limitsgo/limits v0.1.0
+	github.com/limitsgo/limits/redislimit v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/sethvargo/go-limiter v0.7.2
 	github.com/throttled/throttled/v2 v2.15.0

@@ -9,9 +9,9 @@ replace github.com/limitsgo/limits/grpclimit => ../grpclimit
 replace github.com/limitsgo/limits/redislimit => ../redislimit
 
 require (
-	github.com/limitsgo/limits v0.0.0
-	github.com/limitsgo/limits/grpclimit v0.0.0
-	github.com/limitsgo/limits/redislimit v0.0.0
+	github.com/limitsgo/limits v0.1.0
+	github.com/limitsgo/limits/grpclimit v0.1.0
+	github.com/limitsgo/limits/redislimit v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0

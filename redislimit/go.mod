@@ -3,7 +3,7 @@ module github.com/limitsgo/limits/redislimit
 go 1.26.0
 
 require (
-	github.com/limitsgo/limits v0.0.0
+	github.com/limitsgo/limits v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 

@@ -3,7 +3,7 @@ module github.com/limitsgo/limits/bench/capacity
 go 1.26.0
 
 require (
-	github.com/limitsgo/limits v0.0.0
+	github.com/limitsgo/limits v0.1.0
 	github.com/tsenart/vegeta/v12 v12.13.0
 )
 

@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
-	github.com/limitsgo/limits v0.0.0
-	github.com/limitsgo/limits/grpclimit v0.0.0
+	github.com/limitsgo/limits v0.1.0
+	github.com/limitsgo/limits/grpclimit v0.1.0
 	golang.org/x/time v0.16.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12

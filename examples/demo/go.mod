@@ -9,8 +9,8 @@ replace github.com/limitsgo/limits/limitsprom => ../../limitsprom
 replace github.com/limitsgo/limits/redislimit => ../../redislimit
 
 require (
-	github.com/limitsgo/limits v0.0.0
-	github.com/limitsgo/limits/limitsprom v0.0.0
+	github.com/limitsgo/limits v0.1.0
+	github.com/limitsgo/limits/limitsprom v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 )
 
@@ -24,3 +24,5 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+replace github.com/limitsgo/limits/grpclimit => ../../grpclimit
