@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every check on every Go module in the repository: gofmt, go vet,
 # staticcheck, the tests under the race detector, and each benchmark once so
-# that they keep compiling and running.
+# that they keep compiling and running, then the consumer check
+# (scripts/check/consumercheck): every released module installs with go get
+# at the version in VERSION.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,4 +27,6 @@ for mod in $(find . -name go.mod -not -path './.git/*' -not -path '*/testdata/*'
 		go test -run '^$' -bench . -benchtime 1x ./...
 	)
 done
+echo "== consumer check"
+go -C scripts/check run ./consumercheck -root "$PWD"
 echo "all checks passed"
