@@ -404,3 +404,37 @@ func TestWrapTimeout(t *testing.T) {
 		}
 	})
 }
+
+// A handler that panics behind Wrap reaches gin's Recovery before it, with
+// the gin writer put back, and its place in the gate is given back: with
+// or without Timeout, which runs the chain on another goroutine.
+func TestWrapPanic(t *testing.T) {
+	for _, timeout := range []time.Duration{0, time.Second} {
+		t.Run(fmt.Sprint("timeout=", timeout), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				m := mustNew(t, httplimit.Config{MaxInFlight: 1, Timeout: timeout})
+				r := gin.New()
+				r.Use(gin.CustomRecoveryWithWriter(io.Discard, func(c *gin.Context, err any) {
+					c.String(http.StatusInternalServerError, "recovered: %v", err)
+				}))
+				r.Use(ginlimit.Wrap(m.Handler))
+				r.GET("/panic", func(c *gin.Context) { c.Header("X-Handler", "1"); panic("boom") })
+				r.GET("/", ok)
+				for _, path := range []string{"/panic", "/", "/panic", "/"} {
+					w := httptest.NewRecorder()
+					r.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+					want, code := "ok", http.StatusOK
+					if path == "/panic" {
+						want, code = "recovered: boom", http.StatusInternalServerError
+					}
+					if w.Code != code || w.Body.String() != want {
+						t.Errorf("%s: %d %q, want %d %q", path, w.Code, w.Body, code, want)
+					}
+				}
+				if g := m.Stats().Gate; g == nil || g.InFlight != 0 || g.Admitted != 4 {
+					t.Errorf("gate after the requests: %+v, want 4 admitted and none in flight", g)
+				}
+			})
+		})
+	}
+}
