@@ -438,3 +438,56 @@ func TestWrapPanic(t *testing.T) {
 		})
 	}
 }
+
+// Many requests at once through Wrap with Timeout: each gets either its
+// handler's whole answer, when it returns in time, or request_timeout
+// alone, as the handler's duration says; Wrap never returns before its
+// chain, and the gate ends empty, its counts matching.
+func TestWrapTimeoutConcurrent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 64
+		m := mustNew(t, httplimit.Config{MaxInFlight: n, Timeout: time.Second})
+		var running atomic.Int64
+		r := gin.New()
+		r.Use(ginlimit.Wrap(m.Handler))
+		r.GET("/:ms", func(c *gin.Context) {
+			running.Add(1)
+			defer running.Add(-1)
+			ms, _ := strconv.Atoi(c.Param("ms"))
+			c.Header("X-Ms", c.Param("ms"))
+			time.Sleep(time.Duration(ms) * time.Millisecond)
+			c.String(http.StatusOK, "slept %d", ms)
+		})
+		var wg sync.WaitGroup
+		var timedOut atomic.Int64
+		for i := range n {
+			wg.Go(func() {
+				ms := 100 + 40*i // from 100ms to 2.62s; past 1s for i > 22
+				w := httptest.NewRecorder()
+				r.ServeHTTP(w, httptest.NewRequest("GET", "/"+strconv.Itoa(ms), nil))
+				if ms < 1000 {
+					if w.Code != http.StatusOK || w.Body.String() != fmt.Sprint("slept ", ms) || w.Header().Get("X-Ms") != strconv.Itoa(ms) {
+						t.Errorf("%dms: %d %q %v, want the handler's answer", ms, w.Code, w.Body, w.Header())
+					}
+					return
+				}
+				timedOut.Add(1)
+				var p problem
+				if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusServiceUnavailable || p.Reason != httplimit.ReasonRequestTimeout || w.Header().Get("X-Ms") != "" {
+					t.Errorf("%dms: %d %q %v, want request_timeout alone", ms, w.Code, w.Body, w.Header())
+				}
+			})
+		}
+		wg.Wait()
+		if k := running.Load(); k != 0 {
+			t.Errorf("%d handlers still running once every Wrap returned", k)
+		}
+		s := m.Stats()
+		if s.Allowed != n || s.RequestTimeout != uint64(timedOut.Load()) || timedOut.Load() != n-23 {
+			t.Errorf("Stats: allowed %d, request timeout %d; want %d and %d", s.Allowed, s.RequestTimeout, n, n-23)
+		}
+		if s.Gate == nil || s.Gate.InFlight != 0 || s.Gate.Admitted != n {
+			t.Errorf("gate: %+v, want %d admitted and none in flight", s.Gate, n)
+		}
+	})
+}
