@@ -12,6 +12,7 @@
 //	if err != nil {
 //		log.Fatal(err)
 //	}
+//	var loginHandler gin.HandlerFunc // your handler
 //	r := gin.New()
 //	r.Use(ginlimit.Wrap(m.Handler))
 //	r.POST("/login", ginlimit.Wrap(login.Handler), loginHandler)

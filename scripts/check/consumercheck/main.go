@@ -64,11 +64,13 @@ var (
 	redisMods = []string{corePath + "/redislimit", "github.com/redis/"}
 	otelMods  = []string{corePath + "/limitsprom/limitsotel", "go.opentelemetry.io/"}
 	promMods  = []string{"github.com/prometheus/"}
+	ginMods   = []string{corePath + "/httplimit/ginlimit", "github.com/gin-gonic/"}
 )
 
 var consumers = []consumer{
-	{"core", []string{".", "httplimit", "adaptive", "heavy"}, concat(grpcMods, redisMods, otelMods, promMods)},
-	{"http", []string{".", "httplimit", "limitsprom"}, concat(grpcMods, redisMods, otelMods)},
+	{"core", []string{".", "httplimit", "adaptive", "heavy"}, concat(grpcMods, redisMods, otelMods, promMods, ginMods)},
+	{"http", []string{".", "httplimit", "limitsprom"}, concat(grpcMods, redisMods, otelMods, ginMods)},
+	{"gin", []string{".", "httplimit", "httplimit/ginlimit"}, concat(grpcMods, redisMods, otelMods, promMods)},
 	// gRPC's own module requires OpenTelemetry's: only ours is denied.
 	{"grpc", []string{".", "grpclimit", "limitsprom/grpclimitprom"}, concat(redisMods, otelMods[:1])},
 	{"redis", []string{".", "redislimit", "limitsprom/redislimitprom"}, concat(grpcMods, otelMods)},

@@ -59,6 +59,10 @@ var imports = map[string]string{
 	"testing":  "testing",
 	"time":     "time",
 
+	"ginlimit":   "github.com/limitsgo/limits/httplimit/ginlimit",
+	"chi":        "github.com/go-chi/chi/v5",
+	"echo":       "github.com/labstack/echo/v4",
+	"gin":        "github.com/gin-gonic/gin",
 	"grpc":       "google.golang.org/grpc",
 	"codes":      "google.golang.org/grpc/codes",
 	"status":     "google.golang.org/grpc/status",
