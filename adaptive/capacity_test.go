@@ -66,6 +66,7 @@ type capRun struct {
 	seed    uint64
 	changes []sim.Change
 	timeout time.Duration
+	wait    time.Duration // in Gate.Enter; 0 uses TryEnter
 }
 
 // run simulates r in a bubble of its own.
@@ -86,7 +87,7 @@ func (r capRun) run(t testing.TB) (res *sim.Result, ctrl *adaptive.Controller) {
 			Seed:    r.seed + 1,
 			Service: sim.Service{Servers: r.c, Mean: mean, Dist: r.dist, Changes: r.changes, Timeout: r.timeout},
 			Load:    []sim.Phase{{Until: r.d, Rate: r.load * float64(r.c) / mean.Seconds()}},
-			Front:   sim.Front{Gate: g, Ctrl: ctrl},
+			Front:   sim.Front{Gate: g, Ctrl: ctrl, Wait: r.wait},
 		})
 	})
 	return res, ctrl
@@ -98,7 +99,7 @@ type outcome struct {
 	limit   float64       // the mean limit after settling (or over the second half)
 	p99     float64       // admitted p99 after settling, over the unloaded p99
 	refused float64       // share of arrivals refused, after from
-	goodput float64       // admitted a second after settling, over the capacity
+	goodput float64       // admitted and not failed a second after settling, over the capacity
 }
 
 // measure sums up res, a run of r, from the time from, for a capacity c.
@@ -110,18 +111,20 @@ func (r capRun) measure(res *sim.Result, from time.Duration, c int) outcome {
 	if o.settle < 0 {
 		after = from + (r.d-from)/2
 	}
-	sum, n := 0, 0
-	for _, b := range res.Buckets {
-		if b.End > after && !b.Probing {
-			sum += b.Limit
-			n++
-		}
+	o.limit = meanLimit(res, after)
+	if o.limit == 0 {
+		o.limit = meanLimit(res, r.d/2)
 	}
-	o.limit = float64(sum) / float64(max(n, 1))
 	s := res.Summarize(after, r.d)
 	svc := sim.Service{Servers: c, Mean: meanOf(r.c), Dist: r.dist}
 	o.p99 = float64(s.P99) / float64(svc.Unloaded(0.99, 100000, 1))
-	o.goodput = s.Throughput / (float64(c) / meanOf(r.c).Seconds())
+	good := 0
+	for _, q := range res.Requests {
+		if q.Arrive >= after && q.Arrive < r.d && q.Admitted && !q.Failed {
+			good++
+		}
+	}
+	o.goodput = float64(good) / (r.d - after).Seconds() / (float64(c) / meanOf(r.c).Seconds())
 	all := res.Summarize(from, r.d)
 	o.refused = float64(all.Refused) / float64(max(all.Arrived, 1))
 	return o
@@ -192,6 +195,13 @@ func TestCapacityOtherLog(t *testing.T) {
 				res, _ := r.run(t)
 				o := r.measure(res, 0, cc.C)
 				t.Logf("%T C=%d %v: %v", law, cc.C, dist, o)
+			}
+			if cc.C <= 6 {
+				for _, init := range []int{max(cc.C/10, 1), 10 * cc.C} {
+					r := capRun{c: cc.C, dist: dist, initial: init, load: 2, d: 20 * time.Second, seed: uint64(i), wait: meanOf(cc.C) / 4}
+					res, _ := r.run(t)
+					t.Logf("wait C=%d %v from %d: %v", cc.C, dist, init, r.measure(res, 0, cc.C))
+				}
 			}
 			r := capRun{c: cc.C, dist: dist, initial: cc.C, load: 2, d: 20 * time.Second, seed: uint64(i), changes: []sim.Change{{At: 10 * time.Second, Servers: cc.C / 2}}}
 			res, _ := r.run(t)

@@ -149,9 +149,9 @@ type Controller struct {
 	refused  uint64 // the gate's refusals when the window began
 	admitted uint64 // the gate's admissions when the window began
 	arrived  int    // requests that came while the window was open, once closed
-	// held is the limit of the window before, if the limit held the load
-	// back in it, or 0: a window whose limit was about the same as the one
-	// before measured the queue as it stands at that limit, not filling.
+	// held is the limit of the window before, or 0 after a probe: a
+	// window whose limit was about the same as the one before measured
+	// the gate as it stands at that limit, not filling.
 	held     int
 	baseline *Window
 	last     Window
@@ -379,6 +379,11 @@ func (c *Controller) end(now int64) {
 		c.endProbe(now, w)
 	} else {
 		old := c.current()
+		// A window measured the queue as it stands at its limit, rather
+		// than filling, if the window before was at about the same limit,
+		// or if it saw many more requests than its limit.
+		w.steady = (c.held > 0 && math.Abs(float64(w.Limit-c.held)) <= max(1, 0.1*float64(w.Limit))) ||
+			w.Samples >= 4*w.Limit
 		// Cuts that did not lower latency mean it was not queueing: the
 		// baseline reads too low, and is measured again.
 		suspect := false
@@ -389,7 +394,7 @@ func (c *Controller) end(now int64) {
 		case float64(w.Limit) <= 0.9*float64(c.cutW.Limit):
 			d1, e1 := delay(&c.cutW, c.baseline)
 			d2, e2 := delay(w, c.baseline)
-			suspect = d2 > 2*e2 && d2 >= d1-math.Hypot(e1, e2)
+			suspect = d2 > 3*e2 && d2 >= d1-e1/2
 			c.cutN = 0
 		}
 		lw := w
@@ -429,17 +434,13 @@ func (c *Controller) end(now int64) {
 			// capacity has grown, or the reading was noise.
 			c.knee, c.rises = 0, 0
 		}
-		// A window measured the queue as it stands at its limit, rather
-		// than filling, if the window before was at about the same limit,
-		// or if it saw many more requests than its limit.
-		steady := constrained(w) && ((c.held > 0 && math.Abs(float64(w.Limit-c.held)) <= max(1, 0.1*float64(w.Limit))) ||
-			w.Samples >= 4*w.Limit)
+		steady := constrained(w) && w.steady
 		if c.probeEvery >= 0 && (c.baseline == nil || now >= c.probe.next || suspect) && steady {
 			c.startProbe(now, w)
 			c.probe.rebase = suspect
 		}
 		c.held = 0
-		if constrained(w) && !c.probe.on {
+		if !c.probe.on {
 			c.held = w.Limit
 		}
 	}

@@ -40,9 +40,10 @@ func grow(limit float64, w *Window) float64 {
 // burst returns the next limit after a window w in which the limit did
 // not hold the load back: twice as high if the gate refused requests
 // anyway (bursts above a load that fits, which a higher limit lets
-// through at little cost in latency), the same otherwise.
+// through at little cost in latency), the same otherwise, or while the
+// gate was filling, when the demand reads low.
 func burst(limit float64, w *Window) float64 {
-	if w.Refused > 0 && w.MaxInFlight >= w.Limit {
+	if w.Refused > 0 && w.MaxInFlight >= w.Limit && w.steady {
 		return 2 * limit
 	}
 	return limit

@@ -40,7 +40,7 @@ func TestLaws(t *testing.T) {
 	dropped.Dropped = 1
 	// The gate refused a burst, but the load fits under the limit.
 	refused := fast(20)
-	refused.Refused, refused.Arrived = 1, 10
+	refused.Refused, refused.Arrived, refused.steady = 1, 10, true
 	// Slower, but the load fits under the limit: nothing to cut.
 	fits := window(20, 20, 1000, 6*time.Millisecond, 24*time.Millisecond, base)
 	fits.Arrived = 10

@@ -79,10 +79,13 @@ type Window struct {
 	// has none yet (or does not probe). Its own Baseline is nil.
 	Baseline *Window
 
-	sum      int64         // nanoseconds, of the Samples
-	admitted int           // requests admitted while the window took admissions
-	took     time.Duration // taking admissions, if not End - Start
-	hist     [nBuckets]uint32
+	sum      int64 // nanoseconds, of the Samples
+	admitted int   // requests admitted while the window took admissions
+	// steady is set by the Controller when the window measured the gate
+	// as it stands at its limit, not filling.
+	steady bool
+	took   time.Duration // taking admissions, if not End - Start
+	hist   [nBuckets]uint32
 }
 
 // extend adds the window w, which followed b at the same limit, to b:
