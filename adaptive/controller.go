@@ -144,8 +144,12 @@ type Controller struct {
 	accN int
 	// cutW is the window after which the law began to cut the limit, if
 	// cutN is 1: once the limit is 10% lower, latency should be too.
-	cutW     Window
-	cutN     int
+	cutW Window
+	cutN int
+	// prevW is the window after which the limit began to rise, if prevN
+	// is 1.
+	prevW    Window
+	prevN    int
 	refused  uint64 // the gate's refusals when the window began
 	admitted uint64 // the gate's admissions when the window began
 	arrived  int    // requests that came while the window was open, once closed
@@ -397,6 +401,9 @@ func (c *Controller) end(now int64) {
 			suspect = d2 > 3*e2 && d2 >= d1-e1/2
 			c.cutN = 0
 		}
+		if c.prevN > 0 && c.baseline == nil {
+			w.prev = &c.prevW
+		}
 		lw := w
 		if c.accN > 0 && c.accN < maxHeld && c.acc.Limit == w.Limit && c.acc.Baseline == w.Baseline &&
 			queueing(w, &c.acc) <= 0 && queueing(&c.acc, w) <= 0 {
@@ -442,6 +449,14 @@ func (c *Controller) end(now int64) {
 		c.held = 0
 		if !c.probe.on {
 			c.held = w.Limit
+		}
+		switch {
+		case c.current() > old && !c.probe.on && c.prevN == 0:
+			// The reference of the latency of the windows that follow
+			// while the limit rises, before a baseline.
+			c.prevW, c.prevN = *w, 1
+		case c.current() < old:
+			c.prevN = 0
 		}
 	}
 	c.gate.SetMax(c.current())

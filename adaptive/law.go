@@ -40,13 +40,25 @@ func grow(limit float64, w *Window) float64 {
 // burst returns the next limit after a window w in which the limit did
 // not hold the load back: twice as high if the gate refused requests
 // anyway (bursts above a load that fits, which a higher limit lets
-// through at little cost in latency), the same otherwise, or while the
-// gate was filling, when the demand reads low.
+// through at little cost in latency); the same otherwise, while the gate
+// was filling, when the demand reads low, or once requests wait as long
+// as they are served, as they do near the capacity.
 func burst(limit float64, w *Window) float64 {
-	if w.Refused > 0 && w.MaxInFlight >= w.Limit && w.steady {
-		return 2 * limit
+	if w.Refused == 0 || w.MaxInFlight < w.Limit || !w.steady {
+		return limit
 	}
-	return limit
+	// The baseline, or before there is one, the window after which the
+	// limit began to rise.
+	b := w.Baseline
+	if b == nil {
+		b = w.prev
+	}
+	if b != nil && b.Samples > 0 && w.Samples > 0 {
+		if d, _ := delay(w, b); d > float64(b.Mean()) {
+			return limit
+		}
+	}
+	return 2 * limit
 }
 
 // Gradient is a law that reads queueing from latency. A request that

@@ -84,8 +84,12 @@ type Window struct {
 	// steady is set by the Controller when the window measured the gate
 	// as it stands at its limit, not filling.
 	steady bool
-	took   time.Duration // taking admissions, if not End - Start
-	hist   [nBuckets]uint32
+	// prev is the window after which the limit began to rise, if the
+	// Controller has one: a burst reads latency against it before a
+	// baseline.
+	prev *Window
+	took time.Duration // taking admissions, if not End - Start
+	hist [nBuckets]uint32
 }
 
 // extend adds the window w, which followed b at the same limit, to b:
