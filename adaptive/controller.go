@@ -324,7 +324,9 @@ func (c *Controller) close(now int64) {
 
 // complete reports whether the window, closed to admissions, has seen all
 // the requests it admitted complete, but for one in 64: requests admitted
-// as it closed may count or not.
+// as it closed may count or not, and so may the slowest requests, which
+// the window waits for up to twice the longest latency of the window
+// before.
 func (c *Controller) complete() bool {
 	due := c.due.Load()
 	return c.n.Load()+c.drops.Load()+c.ignored.Load() >= due-max(due/64, 1)
@@ -384,10 +386,15 @@ func (c *Controller) end(now int64) {
 	} else {
 		old := c.current()
 		// A window measured the queue as it stands at its limit, rather
-		// than filling, if the window before was at about the same limit,
-		// or if it saw many more requests than its limit.
-		w.steady = (c.held > 0 && math.Abs(float64(w.Limit-c.held)) <= max(1, 0.1*float64(w.Limit))) ||
-			w.Samples >= 4*w.Limit
+		// than filling or draining, if the window before was at about the
+		// same limit, or, the first after the start or a probe, if it saw
+		// many more requests than its limit.
+		if c.held > 0 {
+			w.steady = math.Abs(float64(w.Limit-c.held)) <= max(1, 0.1*float64(w.Limit))
+		} else {
+			w.steady = w.Samples >= 4*w.Limit
+			w.filling = !w.steady
+		}
 		// Cuts that did not lower latency mean it was not queueing: the
 		// baseline reads too low, and is measured again.
 		suspect := false
@@ -395,7 +402,9 @@ func (c *Controller) end(now int64) {
 		case c.cutN == 0:
 		case w.Limit > c.cutW.Limit || c.baseline == nil || c.cutW.Baseline != c.baseline:
 			c.cutN = 0
-		case float64(w.Limit) <= 0.9*float64(c.cutW.Limit):
+		case float64(w.Limit) <= 0.9*float64(c.cutW.Limit) && w.steady:
+			// (A window right after a cut still drains the queue of the
+			// limit before.)
 			d1, e1 := delay(&c.cutW, c.baseline)
 			d2, e2 := delay(w, c.baseline)
 			suspect = d2 > 3*e2 && d2 >= d1-e1/2

@@ -24,6 +24,14 @@ func constrained(w *Window) bool {
 	return w.MaxInFlight >= w.Limit && w.Demand() >= float64(w.Limit)
 }
 
+// drained reports whether the window w came right after a cut, at a new
+// limit: requests admitted early in it still waited behind the queue of
+// the limit before, and it reads queueing that the cut already
+// removed.
+func drained(w *Window) bool {
+	return !w.steady && w.Rises == 0 && w.Knee > w.Limit
+}
+
 // grow returns the limit after a window that calls for more: at or
 // above half the limit where queueing was last found (Window.Knee), a
 // thirty-second more, but at least one, so that a limit near the capacity
@@ -41,10 +49,10 @@ func grow(limit float64, w *Window) float64 {
 // not hold the load back: twice as high if the gate refused requests
 // anyway (bursts above a load that fits, which a higher limit lets
 // through at little cost in latency); the same otherwise, while the gate
-// was filling, when the demand reads low, or once requests wait as long
+// may have been filling, when the demand reads low, or once requests wait as long
 // as they are served, as they do near the capacity.
 func burst(limit float64, w *Window) float64 {
-	if w.Refused == 0 || w.MaxInFlight < w.Limit || !w.steady {
+	if w.Refused == 0 || w.MaxInFlight < w.Limit || w.filling {
 		return limit
 	}
 	// The baseline, or before there is one, the window after which the
@@ -118,7 +126,7 @@ func (g Gradient) Next(limit float64, w *Window) float64 {
 	switch {
 	case queued <= tol/2:
 		return grow(limit, w)
-	case queued <= tol+noise/2:
+	case queued <= tol+noise/2 || drained(w):
 		return limit
 	}
 	// Past the capacity, latency grows with the limit (Little's law):
@@ -173,7 +181,7 @@ func (v Vegas) Next(limit float64, w *Window) float64 {
 	switch {
 	case queued < alpha:
 		return grow(limit, w)
-	case queued > beta:
+	case queued > beta && !drained(w):
 		return max(limit-(queued-beta), limit/2, min(w.serving(), limit))
 	}
 	return limit

@@ -84,6 +84,10 @@ type Window struct {
 	// steady is set by the Controller when the window measured the gate
 	// as it stands at its limit, not filling.
 	steady bool
+	// filling is set by the Controller when the window is the first at
+	// its limit, after the start or a probe, and saw few more requests than
+	// its limit: the gate may have been filling from empty.
+	filling bool
 	// prev is the window after which the limit began to rise, if the
 	// Controller has one: a burst reads latency against it before a
 	// baseline.
