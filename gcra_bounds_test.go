@@ -37,15 +37,18 @@ func TestGCRADatedRequestsRemembered(t *testing.T) {
 	}
 }
 
-// TestGCRATableFullOnlyWhenFull fills a table of several shards to its cap
-// with keys owing a minute, but for one owing 6 s: 7 s later a new key
-// takes that key's place, in every trial, and the next new key finds the
-// table full of keys in use.
+// TestGCRATableFullOnlyWhenFull fills a table of several shards (16, and
+// 261) to its cap with keys owing a minute, but for one owing 6 s: 7 s
+// later a new key takes that key's place, in every trial, and the next new
+// key finds the table full of keys in use.
 func TestGCRATableFullOnlyWhenFull(t *testing.T) {
 	for trial := range 8 {
+		maxKeys := 12_000
+		if trial%4 == 3 {
+			maxKeys = 200_000
+		}
 		t.Run(fmt.Sprint(trial), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				const maxKeys = 12_000
 				g := NewGCRA(10, time.Minute, WithMaxKeys(maxKeys))
 				if len(g.shards) < 2 {
 					t.Fatalf("%d shards: the test needs several", len(g.shards))
@@ -56,7 +59,7 @@ func TestGCRATableFullOnlyWhenFull(t *testing.T) {
 				g.AllowN("short", 1)
 				time.Sleep(7 * time.Second)
 				if d := g.Allow("new"); !d.Allowed {
-					t.Fatalf("trial %d: a new key with one key expired: %+v", trial, d)
+					t.Fatalf("trial %d, %d shards: a new key with one key expired: %+v", trial, len(g.shards), d)
 				}
 				if d := g.Allow("newer"); d.Reason != ReasonTableFull {
 					t.Errorf("trial %d: a new key with every key in use: %+v", trial, d)
