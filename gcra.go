@@ -115,7 +115,7 @@ type GCRA struct {
 	shards   []gcraShard
 	// soon is a tournament tree over the shards, read without a lock to
 	// find the shard whose keys expire soonest: soon[leaves+i] is no later
-	// than the earliest TAT in shard i (its next), each inner node the
+	// than the soonest expiry in shard i (its next), each inner node the
 	// least of its children, soon[1] the least of all.
 	soon   []atomic.Int64
 	leaves int
