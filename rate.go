@@ -56,8 +56,9 @@ type Rate struct {
 	interval     time.Duration
 	start        time.Time
 	seed         maphash.Seed
-	slots        [2]*Estimator // window k counts into slots[k&1]
-	conservative bool          // count with incrConservative
+	win          [2]window // window k counts into win[k&1]
+	exact        bool      // win's have tables (see window)
+	conservative bool      // count with conservative update
 
 	// claimed is the newest window whose change has been claimed; cur the
 	// newest whose Estimator is ready, so that callers count into
@@ -68,6 +69,11 @@ type Rate struct {
 	// zeroed, so that callers sharing a change of window skip the chunks
 	// already done.
 	cleared [2][]atomic.Int64
+
+	// stall, nil but in tests, is called by a caller taking part in a
+	// change of window between its check that the change is still wanted
+	// and its first compare-and-swap, to play a caller descheduled there.
+	stall func()
 }
 
 // RateComponents is what RateWith passes to its function: the counts of one
@@ -120,27 +126,30 @@ func NewRate(interval time.Duration, opts ...Option) *Rate {
 	if err := collect(&o, opts, optSizing, "a Rate"); err != nil {
 		panic("limits: " + err.Error())
 	}
-	hashes, slots := o.sizing.size(defaultRateSize)
-	r := &Rate{interval: interval, seed: maphash.MakeSeed(), conservative: o.sizing.Conservative || o.sizing == (Sizing{})}
-	r.slots[0] = newEstimator(hashes, slots, r.seed)
-	r.slots[1] = newEstimator(hashes, slots, r.seed)
-	chunks := (len(r.slots[0].cells) + clearChunk - 1) / clearChunk
+	lines, hashes, slots := o.sizing.rateSize()
+	r := &Rate{interval: interval, seed: maphash.MakeSeed(), exact: lines > 0, conservative: o.sizing.Conservative || lines > 0}
+	r.win[0] = newWindow(lines, hashes, slots, r.seed)
+	r.win[1] = newWindow(lines, hashes, slots, r.seed)
+	r.win[1].fill(-1) // window 0's Prev: window -1, with its tag
+	chunks := (len(r.win[0].cells) + clearChunk - 1) / clearChunk
 	r.cleared[0] = make([]atomic.Int64, chunks)
 	r.cleared[1] = make([]atomic.Int64, chunks)
 	r.start = time.Now()
 	return r
 }
 
-// defaultRateSize is the size of a Rate's windows unless a Sizing says
-// otherwise; NewRate counts conservatively unless a Sizing other than the
-// zero one is given.
-var defaultRateSize = [2]int{4, 4096}
+// The default windows of a Rate, 128 KiB each: a table of 1,024 lines,
+// room for 16,384 keys in 64 KiB, and a 4 x 4096 conservative sketch of
+// 32-bit counters, 64 KiB.
+const defaultRateLines = 1024
+
+var defaultRateSketch = [2]int{4, 4096}
 
 // Interval returns the length of r's windows.
 func (r *Rate) Interval() time.Duration { return r.interval }
 
 // Size returns the memory held by r's counters, in bytes.
-func (r *Rate) Size() int { return r.slots[0].Size() + r.slots[1].Size() }
+func (r *Rate) Size() int { return 8 * (len(r.win[0].cells) + len(r.win[1].cells)) }
 
 // Hash returns the hash of a key held as bytes, for ObserveHash:
 // ObserveHash(r.Hash(b), n) counts the same key as Observe(string(b), n),
@@ -172,10 +181,20 @@ func (r *Rate) ObserveHash(h uint64, n int64) int64 {
 		r.advance(d)
 		c = r.cur.Load()
 	}
-	if r.conservative {
-		return r.slots[c&1].incrConservative(h, n)
+	w := &r.win[c&1]
+	if r.exact {
+		return w.observe(h, n)
 	}
-	return r.slots[c&1].add(h, n)
+	return w.add(h, n, c, r.conservative)
+}
+
+// get returns key hash h's estimate in window k, held by r.win[k&1].
+func (r *Rate) get(h uint64, k int64) int64 {
+	w := &r.win[k&1]
+	if r.exact {
+		return w.get(h)
+	}
+	return w.read(h, k, r.conservative)
 }
 
 // Rate returns key's rate over the latest completed window, in events per
@@ -267,19 +286,20 @@ func (r *Rate) flip(k int64) {
 	from := rand.IntN(total)
 	for j := range total {
 		i := (from + j) % total
-		slot := k & 1
+		slot, as := k&1, k
 		if i >= chunks {
-			slot, i = (k-1)&1, i-chunks
+			slot, as, i = (k-1)&1, k-1, i-chunks
 		}
 		if r.cleared[slot][i].Load() == k {
 			continue
 		}
-		cells := r.slots[slot].cells[i*clearChunk : min((i+1)*clearChunk, len(r.slots[slot].cells))]
+		w := &r.win[slot]
+		cells := w.cells[i*clearChunk : min((i+1)*clearChunk, len(w.cells))]
 		var seen [clearChunk]int64
 		for n := range cells {
 			seen[n] = cells[n].Load()
 		}
-		if !r.zero(k, cells, &seen) {
+		if !r.zero(k, cells, &seen, w.blank(i*clearChunk, as)) {
 			return
 		}
 		r.cleared[slot][i].Store(k)
@@ -302,23 +322,30 @@ func (r *Rate) wanted(k int64) bool {
 	return r.cur.Load() < k && r.claimed.Load() < k+2
 }
 
-// zero sets each of cells to 0 for the change to window k, with a
-// compare-and-swap from seen, the values read before checking that the
-// change is still wanted. A caller descheduled after that check and
-// resuming once the Estimator counts a live window thus fails its swaps,
-// rather than wiping counts, unless a counter has come back to exactly the
-// value it read. A counter that moved for another reason (callers counting
+// zero sets each of cells to z, its value in window k once cleared, for
+// the change to window k, with a compare-and-swap from seen, the values
+// read before checking that the change is still wanted. A caller
+// descheduled after that check, resuming once the Estimator counts window
+// k, thus fails its swaps: every counter carries its window's tag (see
+// window), and the tag of window k differs from that of k-2, which the
+// caller read. A counter that moved for another reason (callers counting
 // into it while a change clears both Estimators) is read again, as long as
 // the change is still wanted. It returns false if it stopped because the
 // change no longer is.
-func (r *Rate) zero(k int64, cells []atomic.Int64, seen *[clearChunk]int64) bool {
-	return r.wanted(k) && r.swap(k, cells, seen)
+func (r *Rate) zero(k int64, cells []atomic.Int64, seen *[clearChunk]int64, z int64) bool {
+	if !r.wanted(k) {
+		return false
+	}
+	if r.stall != nil {
+		r.stall()
+	}
+	return r.swap(k, cells, seen, z)
 }
 
 // swap is zero past its first check.
-func (r *Rate) swap(k int64, cells []atomic.Int64, seen *[clearChunk]int64) bool {
+func (r *Rate) swap(k int64, cells []atomic.Int64, seen *[clearChunk]int64, z int64) bool {
 	for n := range cells {
-		for v := seen[n]; !cells[n].CompareAndSwap(v, 0); v = cells[n].Load() {
+		for v := seen[n]; v != z && !cells[n].CompareAndSwap(v, z); v = cells[n].Load() {
 			if !r.wanted(k) {
 				return false
 			}
@@ -346,10 +373,10 @@ func (r *Rate) components(h uint64) RateComponents {
 		rc.Prev, rc.Curr = 0, 0
 		switch w {
 		case c: // no change in progress
-			rc.Curr = r.slots[c&1].GetHash(h)
-			rc.Prev = r.slots[(c-1)&1].GetHash(h)
+			rc.Curr = r.get(h, c)
+			rc.Prev = r.get(h, c-1)
 		case c + 1: // window c just completed; window w has no Estimator yet
-			rc.Prev = r.slots[c&1].GetHash(h)
+			rc.Prev = r.get(h, c)
 		}
 		if r.claimed.Load() == f {
 			break

@@ -201,3 +201,16 @@ func (s Sizing) size(def [2]int) (hashes, slots int) {
 	}
 	return hashes, slots
 }
+
+// rateSize returns the size of a Rate's windows built with s: lines of
+// table (0 for none) and the hashes and slots of the sketch, panicking as
+// size does. A Sizing that gives hashes and slots, or an accuracy, sizes
+// a count-min sketch alone; the zero Sizing, with Conservative or not,
+// gives the default, a table and a sketch.
+func (s Sizing) rateSize() (lines, hashes, slots int) {
+	if !s.sized() {
+		return defaultRateLines, defaultRateSketch[0], defaultRateSketch[1]
+	}
+	hashes, slots = s.size(defaultRateSketch)
+	return 0, hashes, slots
+}
