@@ -85,6 +85,13 @@ type Sizing struct {
 	// off by more than the tolerance. 0 means 0.02, which gives 4 hashes.
 	Failure float64
 
+	// Limit, for a Rate sized from Keys, is the largest limit its counts
+	// are compared with, if known; 0 means unknown, or at most 32,767 a
+	// window. Above that, a key's count spills from its entry into the
+	// sketch, which is then sized to count every key exactly (see
+	// NewRate). Estimators and Inflights do not use it.
+	Limit int64
+
 	// Conservative counts with conservative update: an increment raises
 	// each of a key's counters only as far as the key's new estimate, and
 	// leaves higher ones, which already hold more from other keys, alone.
@@ -98,7 +105,7 @@ type Sizing struct {
 
 // sized reports whether s gives a size.
 func (s Sizing) sized() bool {
-	return s.Hashes != 0 || s.Slots != 0 || s.Keys != 0 || s.MaxOverFraction != 0 || s.MaxOver != 0 || s.Events != 0 || s.Failure != 0
+	return s.Hashes != 0 || s.Slots != 0 || s.Keys != 0 || s.MaxOverFraction != 0 || s.MaxOver != 0 || s.Events != 0 || s.Failure != 0 || s.Limit != 0
 }
 
 // defaultFailure is the Failure of a Sizing that leaves it 0: it gives
@@ -123,7 +130,7 @@ func (s Sizing) Dims() (hashes, slots int, err error) {
 func (s Sizing) dims() (hashes, slots int, err error) {
 	if s.Hashes != 0 || s.Slots != 0 {
 		switch {
-		case s.Keys != 0 || s.MaxOverFraction != 0 || s.MaxOver != 0 || s.Events != 0 || s.Failure != 0:
+		case s.Keys != 0 || s.MaxOverFraction != 0 || s.MaxOver != 0 || s.Events != 0 || s.Failure != 0 || s.Limit != 0:
 			return 0, 0, errors.New("limits: Sizing takes Hashes and Slots or an accuracy, not both")
 		case s.Hashes < 1:
 			return 0, 0, fmt.Errorf("limits: Sizing.Hashes must be >= 1, got %d", s.Hashes)
@@ -136,6 +143,10 @@ func (s Sizing) dims() (hashes, slots int, err error) {
 	}
 	failure := s.Failure
 	switch {
+	case s.Limit < 0:
+		return 0, 0, fmt.Errorf("limits: Sizing.Limit must be >= 0, got %d", s.Limit)
+	case s.Limit > 0 && !s.tabled():
+		return 0, 0, errors.New("limits: Sizing.Limit sizes a Rate from Keys, and takes Keys with no accuracy")
 	case s.Keys < 0:
 		return 0, 0, fmt.Errorf("limits: Sizing.Keys must be >= 0, got %d", s.Keys)
 	case s.Events < 0:
@@ -204,13 +215,60 @@ func (s Sizing) size(def [2]int) (hashes, slots int) {
 
 // rateSize returns the size of a Rate's windows built with s: lines of
 // table (0 for none) and the hashes and slots of the sketch, panicking as
-// size does. A Sizing that gives hashes and slots, or an accuracy, sizes
-// a count-min sketch alone; the zero Sizing, with Conservative or not,
-// gives the default, a table and a sketch.
+// size does. The zero Sizing, with Conservative or not, gives the default
+// table and sketch; Keys alone, or with Limit, a table and sketch sized
+// from them (see Sizing); Hashes and Slots, or an accuracy, a count-min
+// sketch alone.
 func (s Sizing) rateSize() (lines, hashes, slots int) {
 	if !s.sized() {
 		return defaultRateLines, defaultRateSketch[0], defaultRateSketch[1]
 	}
-	hashes, slots = s.size(defaultRateSketch)
-	return 0, hashes, slots
+	if !s.tabled() {
+		hashes, slots = s.size(defaultRateSketch)
+		return 0, hashes, slots
+	}
+	lines, slots, err := s.tableDims()
+	if err != nil {
+		panic(err.Error())
+	}
+	return lines, tableHashes, slots
+}
+
+// tabled reports whether s sizes a Rate's windows as a table and a
+// sketch: it gives Keys, and no size or accuracy of a count-min sketch.
+func (s Sizing) tabled() bool {
+	return s.Keys != 0 && s.Hashes == 0 && s.Slots == 0 && s.MaxOverFraction == 0 && s.MaxOver == 0 && s.Events == 0 && s.Failure == 0
+}
+
+// Sizing a Rate's windows from its keys: lines of table for Keys keys at
+// tableLoad keys a line on average, so that about one key in 10,000 finds
+// its line of 16 entries full (the share of keys over 16 in a Poisson
+// count of mean 6.5, over 6.5, is 1.0e-4), and a sketch of tableHashes
+// rows, of as many bytes as the table, or, with a Limit above what an
+// entry holds, sized for every key to be counted exactly there with
+// probability 1 - e^-4, as every key near the limit spills into it.
+const (
+	tableLoad   = 6.5
+	tableHashes = 4
+)
+
+// tableDims returns the lines of table and the counters per row of sketch
+// of a Rate's windows sized by s, which gives Keys, or an error.
+func (s Sizing) tableDims() (lines, slots int, err error) {
+	switch {
+	case s.Keys < 0:
+		return 0, 0, fmt.Errorf("limits: Sizing.Keys must be >= 0, got %d", s.Keys)
+	case s.Limit < 0:
+		return 0, 0, fmt.Errorf("limits: Sizing.Limit must be >= 0, got %d", s.Limit)
+	}
+	l := math.Ceil(float64(s.Keys)/tableLoad/4) * 4 // whole chunks of clearChunk words
+	w := 4 * l                                      // as many bytes as the table: 16 counters of 4 bytes a line, over 4 rows
+	if s.Limit > countMax {
+		w = max(w, math.Ceil(math.E*float64(s.Keys-1)))
+	}
+	w = math.Ceil(w/2) * 2 // two counters a word
+	if l*lineWords+tableHashes*w/2 > maxCells {
+		return 0, 0, fmt.Errorf("limits: Sizing for %d keys needs %.0f lines of table and %d x %.0f counters of sketch, more than the 1 GiB a window may take", s.Keys, l, tableHashes, w)
+	}
+	return int(l), int(w), nil
 }
