@@ -36,7 +36,7 @@ import (
 // same memory: the default's 64 KiB of table hold 16,384 entries rather
 // than 8,192, fewer than 10,000 keys. With 10,000 keys in its 1,024 lines,
 // 9.8 to a line on average, 0.45% of the keys find their line of 16 full;
-// in lines of 8, 24% would. A 16-bit fingerprint merges a new key with
+// in lines of 8, 23% would. A 16-bit fingerprint merges a new key with
 // one of the others of its line with probability under 16/65,535.
 //
 // # Tags
