@@ -146,6 +146,9 @@ func (w *window) observe(h uint64, n int64) int64 {
 	}
 	first, fp := w.lineOf(h)
 	line := w.table[first : first+lineWords]
+	if uint64(line[lineWords-1].Load())>>(halfBits+fpShift) != 0 && !inLine(line, fp) {
+		return w.sketchAdd(h, n) // a full line without the key: the common case past the table's capacity
+	}
 	for i := range line {
 		for {
 			v := uint64(line[i].Load())
@@ -177,6 +180,17 @@ func (w *window) observe(h uint64, n int64) int64 {
 	next:
 	}
 	return w.sketchAdd(h, n)
+}
+
+// inLine reports whether a full line holds an entry of fingerprint fp.
+func inLine(line []atomic.Int64, fp uint64) bool {
+	pat := fp<<fpShift | fp<<(halfBits+fpShift)
+	var hit bool
+	for i := range line[:lineWords] {
+		x := (uint64(line[i].Load()) ^ pat) >> fpShift
+		hit = hit || x&0xffff == 0 || x>>halfBits == 0
+	}
+	return hit
 }
 
 // spill counts n >= 0 events, in w's sketch, of a key whose entry is
