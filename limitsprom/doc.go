@@ -4,6 +4,11 @@
 //
 // One call registers a component under a name of the caller's choosing:
 //
+//	var (
+//		middleware *httplimit.Middleware
+//		loginGCRA  *limits.GCRA
+//		jobsGate   *limits.Gate
+//	)
 //	reg := prometheus.NewRegistry()
 //	limitsprom.Register(reg, "api", middleware)  // *httplimit.Middleware, with its gate
 //	limitsprom.Register(reg, "login", loginGCRA) // *limits.GCRA
@@ -12,8 +17,13 @@
 //
 // This package handles the components of the core module only, and links
 // neither a Redis client nor gRPC. The components of other modules have a
-// package each, in this module, with the same conventions:
+// package each, in a module of its own, with the same conventions:
 //
+//	var (
+//		redisGCRA   *redislimit.GCRA
+//		interceptor *grpclimit.Interceptor
+//	)
+//	reg := prometheus.NewRegistry()
 //	redislimitprom.Register(reg, "fleet", redisGCRA) // *redislimit.GCRA
 //	grpclimitprom.Register(reg, "rpc", interceptor)  // *grpclimit.Interceptor, with its gate
 //
@@ -23,7 +33,7 @@
 // set of values (a layer, an outcome, a policy name from the
 // configuration), never a client's key or address. Every series is
 // exported from the start, at 0, so that a limit that has never fired
-// shows as 0, not as missing. Package limitsotel, in this module, exports
+// shows as 0, not as missing. Package limitsotel, a module of its own, exports
 // the same series as OpenTelemetry instruments.
 //
 // # Metrics
@@ -42,6 +52,14 @@
 //	limits_gate_waited_total        counter  requests that waited, let in or not
 //	limits_gate_overloaded          gauge    1 while waits are cut (Gate.AdaptWait)
 //	limits_gate_overloads_total     counter  times waits began to be cut
+//	limits_gate_wait_seconds_total  counter  seconds spent waiting, added up
+//
+// and, by priority (label priority: sheddable, default, critical; see
+// limits.WithReserve):
+//
+//	limits_gate_priority_capacity        gauge    requests inside below which the priority enters
+//	limits_gate_priority_admitted_total  counter  requests of the priority let in
+//	limits_gate_priority_shed_total      counter  requests of the priority refused at once
 //
 // A limits.GCRA:
 //
@@ -87,6 +105,11 @@
 //
 //	limits_gate_in_flight / limits_gate_capacity
 //	rate(limits_gate_shed_total[5m]) + rate(limits_gate_timed_out_total[5m])
+//
+// The mean wait for a place, and the share of each priority refused:
+//
+//	rate(limits_gate_wait_seconds_total[5m]) / rate(limits_gate_waited_total[5m])
+//	rate(limits_gate_priority_shed_total[5m]) / (rate(limits_gate_priority_shed_total[5m]) + rate(limits_gate_priority_admitted_total[5m]))
 //
 // Table fullness, of a GCRA and of each policy's table, and refusals for a
 // full table:
