@@ -43,8 +43,9 @@ var (
 
 // checkDefault checks that NewRate's default holds the memory of two
 // windows of rateDefault, the report's default sketch, and counts exactly
-// first: 2,000 keys observed once each all read 1, which a conservative
-// 4 x 4096 sketch, the former default, gets wrong for about 2% of them.
+// first: of 2,000 keys observed once each, at most 3 read more than 1,
+// which a conservative 4 x 4096 sketch, the former default, gets wrong for
+// about 2% of them.
 func checkDefault() error {
 	r := limits.NewRate(time.Hour)
 	if got, want := r.Size(), 2*rateDefault.size.bytes(); got != want {
@@ -55,10 +56,16 @@ func checkDefault() error {
 		keys[i] = fmt.Sprintf("client-%06d", i)
 		r.Observe(keys[i], 1)
 	}
+	// A key merged with another of its line and fingerprint reads 2:
+	// about one Rate in 30 has such a pair.
+	over := 0
 	for _, k := range keys {
-		if got := r.Peek(k); got != 1 {
-			return fmt.Errorf("NewRate's default does not count exactly first: %s reads %d after one event", k, got)
+		if r.Peek(k) != 1 {
+			over++
 		}
+	}
+	if over > 3 {
+		return fmt.Errorf("NewRate's default does not count exactly first: %d of %d keys read more than the one event each saw", over, len(keys))
 	}
 	return nil
 }
