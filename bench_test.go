@@ -101,6 +101,10 @@ func benchOps(keys []string) []struct {
 	c := NewEstimator(4, 1024, Sizing{Conservative: true})
 	r := NewRate(time.Second)
 	cr := NewRate(time.Second, Sizing{Hashes: 4, Slots: 1024, Conservative: true})
+	// The default before windows counted exactly first, in the same memory,
+	// and pingora's default.
+	former := NewRate(time.Second, Sizing{Hashes: 4, Slots: 4096, Conservative: true})
+	pr := NewRate(time.Second, Sizing{Hashes: 4, Slots: 1024})
 	in := NewInflight()
 	// A limit no key reaches in a benchmark, so that every call charges,
 	// with each call adding a minute to its key's state, so that the table
@@ -118,6 +122,8 @@ func benchOps(keys []string) []struct {
 		{"ConservativeEstimator.Incr", func(k string) { c.Incr(k, 1) }},
 		{"Rate.Observe", func(k string) { r.Observe(k, 1) }},
 		{"ConservativeRate.Observe", func(k string) { cr.Observe(k, 1) }},
+		{"SketchRate4x4096.Observe", func(k string) { former.Observe(k, 1) }},
+		{"PlainRate4x1024.Observe", func(k string) { pr.Observe(k, 1) }},
 		{"Inflight.IncrClose", func(k string) {
 			g, _ := in.Incr(k, 1)
 			g.Close()
