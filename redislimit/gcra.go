@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -527,11 +529,11 @@ func (g *GCRA) call(ctx context.Context, s *redis.Script, rkey string, args []an
 		g.offset.Store(r.now.UnixNano() - int64(time.Since(g.base)))
 		return r, nil
 	}
-	if ctx.Err() != nil {
-		if !errors.Is(err, ctx.Err()) {
+	if cause := ended(ctx, err); cause != nil {
+		if !errors.Is(err, cause) {
 			// A socket deadline set from the context reports an i/o
 			// timeout: say which deadline it was.
-			err = fmt.Errorf("%w: %w", ctx.Err(), err)
+			err = fmt.Errorf("%w: %w", cause, err)
 		}
 		if dial := g.dials.since(start); dial != nil {
 			// The time went on connecting: say why that failed.
@@ -542,6 +544,24 @@ func (g *GCRA) call(ctx context.Context, s *redis.Script, rkey string, args []an
 	}
 	g.statistics.fail(err, false)
 	return r, err
+}
+
+// ended returns why ctx ended, if the call that failed with err ran out of
+// ctx's time: ctx.Err(), or context.DeadlineExceeded for a timeout at or
+// past ctx's deadline while ctx.Err() is still nil, as when the socket's
+// deadline, taken from ctx's, fires before ctx's own timer. It returns nil
+// for a call that failed for another reason before its time was up.
+func ended(ctx context.Context, err error) error {
+	if e := ctx.Err(); e != nil {
+		return e
+	}
+	var ne net.Error
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+			return context.DeadlineExceeded
+		}
+	}
+	return nil
 }
 
 // callAsync runs a script on its own goroutine and waits for it no longer
