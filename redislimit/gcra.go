@@ -103,6 +103,7 @@ type GCRA struct {
 	peekArgs   []any        // for a look at a cost of 1
 	lookArgs   []any        // for a look at a cost of 0
 	statistics counters     // what Stats reports
+	leases     *leaseTable  // the lease mode's table, or nil without WithLeases
 }
 
 var _ limits.Limiter = (*GCRA)(nil)
@@ -150,6 +151,9 @@ type options struct {
 	policy   ErrorPolicy
 	fallback *limits.GCRA
 	onError  func(error)
+
+	leases                bool
+	leaseSlots, leaseKeys int
 }
 
 // WithBurst sets how many unit requests a key may make at once, as
@@ -248,6 +252,10 @@ func New(client redis.UniversalClient, limit int, period time.Duration, opts ...
 		return nil, fmt.Errorf("redislimit: a hash tag needs a non-empty prefix without braces, got %q", o.prefix)
 	case o.policy > fallback:
 		return nil, fmt.Errorf("redislimit: unknown failure policy %d", o.policy)
+	case o.leases && (o.leaseSlots < 2 || o.leaseSlots > MaxLeaseSlots):
+		return nil, fmt.Errorf("redislimit: a lease must be of 2 to %d slots, got %d", MaxLeaseSlots, o.leaseSlots)
+	case o.leases && o.leaseKeys < 0:
+		return nil, fmt.Errorf("redislimit: the lease table must hold >= 0 keys, got %d", o.leaseKeys)
 	}
 	if o.hashTag {
 		o.prefix = "{" + o.prefix + "}"
@@ -270,6 +278,13 @@ func New(client redis.UniversalClient, limit int, period time.Duration, opts ...
 	g.unitArgs = g.args(1, true)
 	g.peekArgs = g.args(1, false)
 	g.lookArgs = g.args(0, false)
+	if o.leases {
+		keys := o.leaseKeys
+		if keys == 0 {
+			keys = DefaultLeaseKeys
+		}
+		g.leases = newLeaseTable(&g.p, o.leaseSlots, keys, func() int64 { return int64(time.Since(g.base)) }, redisLeases{g})
+	}
 	return g, nil
 }
 
@@ -331,13 +346,20 @@ func (g *GCRA) Allow(ctx context.Context, key string) (limits.Decision, error) {
 // the server's time, which is its At, and the error is nil. When it does
 // not, the failure policy decides (see FailClosed, FailOpen and WithFallback):
 // only FailClosed returns an error, wrapping ErrUnavailable and the cause.
+//
+// In lease mode (WithLeases), a request for a key that is hot in this
+// process is decided from the slots in hand, without a call, as
+// WithLeases describes.
 func (g *GCRA) AllowN(ctx context.Context, key string, n int) (limits.Decision, error) {
+	if g.leases != nil && n >= 1 && n <= g.p.Burst {
+		return g.leases.take(ctx, key, n)
+	}
 	return g.decide(ctx, key, n, true)
 }
 
 // Take is AllowN, for the limits.Limiter interface.
 func (g *GCRA) Take(ctx context.Context, key string, n int) (limits.Decision, error) {
-	return g.decide(ctx, key, n, true)
+	return g.AllowN(ctx, key, n)
 }
 
 // Peek reports what Allow would decide for key now, without charging
@@ -387,6 +409,15 @@ func (g *GCRA) Refund(ctx context.Context, key string, d limits.Decision) error 
 			return g.fallback.Refund(ctx, key, d)
 		}
 		return nil
+	}
+	if g.leases != nil {
+		if g.leases.refund(key, d) {
+			return nil
+		}
+		// Made by Redis: given back only if nothing was charged since.
+		top := gcra.Time{NS: d.At.UnixNano() + int64(max(d.ResetAfter, 0))}
+		_, err := redisLeases{g}.giveBack(ctx, key, top, d.Cost, true)
+		return err
 	}
 	// The key's TAT just after the charge, rounded up to the nanosecond,
 	// in seconds and nanoseconds since the Unix epoch.
