@@ -351,10 +351,27 @@ func (g *GCRA) Allow(ctx context.Context, key string) (limits.Decision, error) {
 // process is decided from the slots in hand, without a call, as
 // WithLeases describes.
 func (g *GCRA) AllowN(ctx context.Context, key string, n int) (limits.Decision, error) {
-	if g.leases != nil && n >= 1 && n <= g.p.Burst {
-		return g.leases.take(ctx, key, n)
+	if g.leases != nil {
+		if n >= 1 && n <= g.p.Burst {
+			return g.leases.take(ctx, key, n)
+		}
+		if d, ok := g.leases.look(key, n, costReason(n, g.p.Burst)); ok {
+			return d, nil
+		}
 	}
 	return g.decide(ctx, key, n, true)
+}
+
+// costReason returns the refusal a request of cost n gets whatever the
+// key's state, or ReasonAllowed.
+func costReason(n, burst int) limits.Reason {
+	switch {
+	case n < 0:
+		return limits.ReasonInvalidCost
+	case n > burst:
+		return limits.ReasonCostAboveBurst
+	}
+	return limits.ReasonAllowed
 }
 
 // Take is AllowN, for the limits.Limiter interface.
@@ -365,6 +382,11 @@ func (g *GCRA) Take(ctx context.Context, key string, n int) (limits.Decision, er
 // Peek reports what Allow would decide for key now, without charging
 // anything. The failure policies apply as for AllowN.
 func (g *GCRA) Peek(ctx context.Context, key string) (limits.Decision, error) {
+	if g.leases != nil {
+		if d, ok := g.leases.look(key, 1, limits.ReasonAllowed); ok {
+			return d, nil
+		}
+	}
 	return g.decide(ctx, key, 1, false)
 }
 

@@ -193,10 +193,6 @@ type leaseEntry struct {
 	sent      int64 // the local clock when the lease call was sent
 	recv      int64 // the local clock when its reply came
 	srvNow    int64 // the server's clock at the lease, in ns since the epoch
-	// A refusal: requests are refused locally before refusedUntil, on the
-	// local clock, the key being full until resetAt.
-	refusedUntil, resetAt int64
-	refusedCost           int
 	// The rate: count requests since the local time since, when the
 	// latest call for the key was made; measured is false before it.
 	since    int64
@@ -301,7 +297,9 @@ func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decisi
 			s.mu.Unlock()
 			return d, nil
 		}
-		if now < e.refusedUntil && n >= e.refusedCost {
+		if now < t.until(e, n) {
+			// Redis would refuse: the key's TAT is no lower than the
+			// lease left it.
 			d := t.refusal(e, n, now)
 			s.mu.Unlock()
 			return d, nil
@@ -359,24 +357,14 @@ func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decisi
 			t.stats.leases.Add(1)
 			t.stats.slots.Add(uint64(r.k))
 			t.stats.unspent.Add(int64(r.k))
-			e.refusedUntil = 0
 		}
 		if r.k >= n {
 			d := t.spend(e, n, t.clock())
 			s.mu.Unlock()
 			return d, nil
 		}
-		// No room for the request: refuse until Redis has room for a
-		// lease as large as asked for (or for the request, if larger),
-		// counting the slots granted, which stay in hand. Waiting for a
-		// full lease rather than one slot keeps a saturated key at about
-		// one call per lease in each process; the room left meanwhile
-		// (less than a lease) is taken by whichever process asks first.
-		after := t.p.Add(r.ahead, t.p.Cost(r.k))
-		wait := t.p.Sub(t.p.Add(after, t.p.Cost(max(n, want))), t.p.D)
-		e.refusedUntil = recv + gcra.Ceil(wait)
-		e.resetAt = recv + gcra.Ceil(after)
-		e.refusedCost = n
+		// No room for the request: refused, and refused locally until
+		// Redis has room for it; the slots granted stay in hand.
 		d := t.refusal(e, n, recv)
 		d.At = e.serverTime(recv)
 		s.mu.Unlock()
@@ -395,18 +383,72 @@ func (t *leaseTable) spend(e *leaseEntry, n int, now int64) limits.Decision {
 	slot := gcra.Ceil(t.p.Add(e.base, t.p.Cost(j)))
 	return limits.Decision{
 		Allowed: true, Limit: t.p.Limit, Period: t.p.Period, Burst: t.p.Burst, Cost: n,
-		Remaining: e.end - j, ResetAfter: max(time.Duration(slot-at.UnixNano()), 0), At: at,
+		Remaining: t.p.Report(true, t.view(e, now), 0).Remaining, ResetAfter: max(time.Duration(slot-at.UnixNano()), 0), At: at,
 	}
 }
 
-// refusal refuses a request of cost n locally at now, as Redis last did.
+// until returns the local time before which Redis would refuse a request
+// of cost n for e's key, as its latest lease left it (the key's TAT then
+// ahead of the server's now by e.ahead + e.end*T, at e.recv at the latest);
+// in the past if e has no lease.
+func (t *leaseTable) until(e *leaseEntry, n int) int64 {
+	if e.recv == 0 && e.end == 0 {
+		return 0
+	}
+	return e.recv + gcra.Ceil(t.p.Sub(t.p.Add(t.p.Add(e.ahead, t.p.Cost(e.end)), t.p.Cost(n)), t.p.D))
+}
+
+// view returns how far the key's TAT runs ahead of now as this process
+// sees it: its lease's slots spent or expired charged, those in hand not.
+func (t *leaseTable) view(e *leaseEntry, now int64) gcra.Time {
+	ahead := t.p.Sub(t.p.Add(e.ahead, t.p.Cost(e.next-1)), gcra.Time{NS: now - e.recv})
+	if !gcra.Positive(ahead) {
+		return gcra.Time{}
+	}
+	return ahead
+}
+
+// refusal refuses a request of cost n locally at now, as Redis would.
 func (t *leaseTable) refusal(e *leaseEntry, n int, now int64) limits.Decision {
 	t.stats.local.Add(1)
+	ahead := t.view(e, now)
 	return limits.Decision{
 		Reason: limits.ReasonRateLimited, Limit: t.p.Limit, Period: t.p.Period, Burst: t.p.Burst, Cost: n,
-		RetryAfter: time.Duration(max(e.refusedUntil-now, 1)), ResetAfter: time.Duration(max(e.resetAt-now, 0)),
-		At: e.serverTime(now),
+		Remaining: t.p.Report(true, ahead, 0).Remaining, RetryAfter: time.Duration(max(t.until(e, n)-now, 1)),
+		ResetAfter: time.Duration(gcra.Ceil(ahead)), At: e.serverTime(now),
 	}
+}
+
+// look answers a request of cost n that charges nothing, for a key this
+// process holds a lease of, from what the process knows: reason is the
+// refusal of a cost no wait cures (negative or above the burst), or
+// ReasonAllowed for cost 0 and a Peek. It returns false, to ask Redis,
+// for a key with no lease.
+func (t *leaseTable) look(key string, n int, reason limits.Reason) (limits.Decision, bool) {
+	s := &t.shards[maphash.String(t.seed, key)%leaseShards]
+	now := t.clock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[key]
+	if e == nil || e.recv == 0 {
+		return limits.Decision{}, false
+	}
+	t.dropExpired(e, now)
+	ahead := t.view(e, now)
+	d := limits.Decision{
+		Allowed: true, Limit: t.p.Limit, Period: t.p.Period, Burst: t.p.Burst, Cost: n,
+		Remaining: t.p.Report(true, ahead, 0).Remaining, ResetAfter: time.Duration(gcra.Ceil(ahead)), At: e.serverTime(now),
+	}
+	switch {
+	case reason != limits.ReasonAllowed:
+		d.Allowed, d.Reason = false, reason
+	case n > 0 && e.end-e.next+1 < n && now < t.until(e, n):
+		d.Allowed, d.Reason, d.RetryAfter = false, limits.ReasonRateLimited, time.Duration(max(t.until(e, n)-now, 1))
+	case n > 0 && e.end-e.next+1 < n:
+		return limits.Decision{}, false // Redis may have room: ask
+	}
+	t.stats.local.Add(1)
+	return d, true
 }
 
 // refund gives back d, an allowed decision for key, and reports whether d
