@@ -150,8 +150,9 @@ type leaseReply struct {
 type leaseBackend interface {
 	// decide is AllowN: one call, charged.
 	decide(ctx context.Context, key string, n int) (limits.Decision, error)
-	// lease asks for up to want slots of key.
-	lease(ctx context.Context, key string, want int) (leaseReply, error)
+	// lease asks for up to want slots of key, starting no sooner than
+	// skip from now.
+	lease(ctx context.Context, key string, want int, skip int64) (leaseReply, error)
 	// giveBack takes n*T off key's TAT if it is top (rounded: within
 	// (top-1ns, top]), and reports whether it did.
 	giveBack(ctx context.Context, key string, top gcra.Time, n int, rounded bool) (bool, error)
@@ -162,16 +163,18 @@ type leaseBackend interface {
 
 // leaseTable holds the runs of slots a process holds, per key.
 type leaseTable struct {
-	p      *gcra.Policy
-	slots  int   // the most slots per lease
-	keys   int   // the most entries
-	dNS    int64 // D in whole ns, rounded down
-	clock  func() int64
-	b      leaseBackend
-	seed   maphash.Seed
-	count  atomic.Int64 // entries
-	stats  leaseStats
-	shards [leaseShards]leaseShard
+	p       *gcra.Policy
+	slots   int   // the most slots per lease
+	keys    int   // the most entries
+	dNS     int64 // D in whole ns, rounded down
+	maxSkip int64 // the most a lease's last slot is placed ahead of now by a skip, D/8
+	clock   func() int64
+	b       leaseBackend
+	seed    maphash.Seed
+	count   atomic.Int64 // entries
+	rtt     atomic.Int64 // how long calls take, in ns: a moving average, quicker to rise than to fall
+	stats   leaseStats
+	shards  [leaseShards]leaseShard
 }
 
 type leaseShard struct {
@@ -210,7 +213,7 @@ type leaseCall struct {
 }
 
 func newLeaseTable(p *gcra.Policy, slots, keys int, clock func() int64, b leaseBackend) *leaseTable {
-	t := &leaseTable{p: p, slots: min(slots, p.Burst), keys: keys, dNS: p.D.NS, clock: clock, b: b, seed: maphash.MakeSeed()}
+	t := &leaseTable{p: p, slots: min(slots, p.Burst), keys: keys, dNS: p.D.NS, maxSkip: p.D.NS / 8, clock: clock, b: b, seed: maphash.MakeSeed()}
 	for i := range t.shards {
 		t.shards[i].m = make(map[string]*leaseEntry)
 	}
@@ -297,9 +300,9 @@ func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decisi
 			s.mu.Unlock()
 			return d, nil
 		}
-		if now < t.until(e, n) {
-			// Redis would refuse: the key's TAT is no lower than the
-			// lease left it.
+		if now < t.until(e, t.grant(n)) {
+			// Redis would refuse, the key's TAT being no lower than the
+			// lease left it, or have too little room to be worth a call.
 			d := t.refusal(e, n, now)
 			s.mu.Unlock()
 			return d, nil
@@ -318,11 +321,12 @@ func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decisi
 				return t.b.failed(key, n, ctx.Err())
 			}
 		}
-		want := 1
+		want, u := 1, int64(0) // u: the mean interval between requests
 		if e.measured {
-			if elapsed := now - e.since; elapsed <= 0 {
+			if elapsed := now - e.since; elapsed <= 0 || e.count == 0 {
 				want = t.slots
 			} else {
+				u = elapsed / e.count
 				want = int(min(float64(t.dNS)*float64(e.count)/float64(elapsed), float64(t.slots)))
 			}
 		}
@@ -331,14 +335,26 @@ func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decisi
 			// A cold key, or a request the hand cannot serve while it
 			// holds slots: one call.
 			s.mu.Unlock()
-			return t.b.decide(ctx, key, n)
+			d, err := t.b.decide(ctx, key, n)
+			if err == nil {
+				t.took(t.clock() - now)
+			}
+			return d, err
 		}
+		// At a key with room to spare, the first slot comes two round
+		// trips out and the lease lasts as long as the process takes to
+		// spend it at its pace, so that its slots have not all passed
+		// when the reply arrives or soon after. The time skipped is
+		// charged as if spent: at most the lease's own length and an
+		// eighth of the burst.
+		span := t.p.Cost(want).NS
+		skip := max(min(2*t.rtt.Load()+int64(time.Microsecond)+int64(want)*u, t.maxSkip, 2*span)-span, 0)
 		c := &leaseCall{done: make(chan struct{})}
 		e.fetch = c
 		s.mu.Unlock()
 
 		sent := t.clock()
-		r, err := t.b.lease(ctx, key, want)
+		r, err := t.b.lease(ctx, key, want, skip)
 		recv := t.clock()
 
 		s.mu.Lock()
@@ -349,6 +365,7 @@ func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decisi
 			s.mu.Unlock()
 			return t.b.failed(key, n, err)
 		}
+		t.took(recv - sent)
 		e.sent, e.recv, e.srvNow = sent, recv, r.now
 		e.ahead = r.ahead
 		e.base = t.p.Add(gcra.Time{NS: r.now}, r.ahead)
@@ -358,15 +375,22 @@ func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decisi
 			t.stats.slots.Add(uint64(r.k))
 			t.stats.unspent.Add(int64(r.k))
 		}
-		if r.k >= n {
-			d := t.spend(e, n, t.clock())
+		now = t.clock()
+		t.dropExpired(e, now) // slots whose time passed before the reply came
+		if e.end-e.next+1 >= n {
+			d := t.spend(e, n, now)
 			s.mu.Unlock()
 			return d, nil
 		}
+		if r.k >= n {
+			// The reply came later than the slots' time: decide by a
+			// call, as Redis had room.
+			s.mu.Unlock()
+			return t.b.decide(ctx, key, n)
+		}
 		// No room for the request: refused, and refused locally until
 		// Redis has room for it; the slots granted stay in hand.
-		d := t.refusal(e, n, recv)
-		d.At = e.serverTime(recv)
+		d := t.refusal(e, n, now)
 		s.mu.Unlock()
 		return d, nil
 	}
@@ -385,6 +409,26 @@ func (t *leaseTable) spend(e *leaseEntry, n int, now int64) limits.Decision {
 		Allowed: true, Limit: t.p.Limit, Period: t.p.Period, Burst: t.p.Burst, Cost: n,
 		Remaining: t.p.Report(true, t.view(e, now), 0).Remaining, ResetAfter: max(time.Duration(slot-at.UnixNano()), 0), At: at,
 	}
+}
+
+// took notes that a call took d.
+func (t *leaseTable) took(d int64) {
+	if cur := t.rtt.Load(); d > cur {
+		t.rtt.Store(cur + (d-cur)/2)
+	} else {
+		t.rtt.Store(cur - (cur-d)/8)
+	}
+}
+
+// grant returns the room a key refused for a request of cost n must have
+// before the process asks Redis again: n, or, if more, as many slots as
+// the key's rate brings in four round trips, at most a lease. So a
+// saturated key costs a process at most about one call every four round
+// trips, at the price of a burst smaller by up to that many slots for the
+// process, never a lower rate.
+func (t *leaseTable) grant(n int) int {
+	m := int(min(float64(4*t.rtt.Load())*float64(t.p.Den)/float64(t.p.TU), float64(t.slots)))
+	return max(n, m)
 }
 
 // until returns the local time before which Redis would refuse a request
@@ -414,7 +458,7 @@ func (t *leaseTable) refusal(e *leaseEntry, n int, now int64) limits.Decision {
 	ahead := t.view(e, now)
 	return limits.Decision{
 		Reason: limits.ReasonRateLimited, Limit: t.p.Limit, Period: t.p.Period, Burst: t.p.Burst, Cost: n,
-		Remaining: t.p.Report(true, ahead, 0).Remaining, RetryAfter: time.Duration(max(t.until(e, n)-now, 1)),
+		Remaining: t.p.Report(true, ahead, 0).Remaining, RetryAfter: time.Duration(max(t.until(e, t.grant(n))-now, 1)),
 		ResetAfter: time.Duration(gcra.Ceil(ahead)), At: e.serverTime(now),
 	}
 }
@@ -442,8 +486,8 @@ func (t *leaseTable) look(key string, n int, reason limits.Reason) (limits.Decis
 	switch {
 	case reason != limits.ReasonAllowed:
 		d.Allowed, d.Reason = false, reason
-	case n > 0 && e.end-e.next+1 < n && now < t.until(e, n):
-		d.Allowed, d.Reason, d.RetryAfter = false, limits.ReasonRateLimited, time.Duration(max(t.until(e, n)-now, 1))
+	case n > 0 && e.end-e.next+1 < n && now < t.until(e, t.grant(n)):
+		d.Allowed, d.Reason, d.RetryAfter = false, limits.ReasonRateLimited, time.Duration(max(t.until(e, t.grant(n))-now, 1))
 	case n > 0 && e.end-e.next+1 < n:
 		return limits.Decision{}, false // Redis may have room: ask
 	}
@@ -565,13 +609,14 @@ func (r redisLeases) failed(key string, n int, err error) (limits.Decision, erro
 	return r.g.failed(key, n, true, limits.ReasonAllowed, err)
 }
 
-func (r redisLeases) lease(ctx context.Context, key string, want int) (leaseReply, error) {
+func (r redisLeases) lease(ctx context.Context, key string, want int, skip int64) (leaseReply, error) {
 	g := r.g
-	args := make([]any, 0, 9)
+	args := make([]any, 0, 11)
 	args = append(args, g.den)
 	args = timeArgs(args, g.p.T)
 	args = append(args, g.dArgs...)
 	args = append(args, strconv.Itoa(want))
+	args = timeArgs(args, gcra.Time{NS: max(skip, 0)})
 	ctx, cancel := g.bound(ctx)
 	rep, err := g.call(ctx, leaseScript, g.prefix+key, args)
 	cancel()

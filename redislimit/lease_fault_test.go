@@ -98,10 +98,11 @@ func TestLeaseCrash(t *testing.T) {
 				t.Errorf("b got %d, want %d - %d - %d, give or take %d", got, faultBurst, spent, held, refill)
 			}
 			// Within burst*T the key is back to its full burst: a's slots
-			// have expired with their times.
+			// have expired with their times, and b's first lease may skip
+			// as many slots as it takes (see WithLeases).
 			time.Sleep(time.Second + 20*time.Millisecond)
-			if got, err := drain(b, "k"); err != nil || got < faultBurst {
-				t.Errorf("after burst*T: b got %d, %v; want the full burst, %d", got, err, faultBurst)
+			if got, err := drain(b, "k"); err != nil || got < faultBurst-faultSlots {
+				t.Errorf("after burst*T: b got %d, %v; want the full burst, %d, less at most a lease", got, err, faultBurst)
 			}
 		})
 	}

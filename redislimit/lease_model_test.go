@@ -73,12 +73,15 @@ func (m *modelProc) decide(_ context.Context, key string, n int) (limits.Decisio
 	return d, nil
 }
 
-func (m *modelProc) lease(_ context.Context, key string, want int) (leaseReply, error) {
+func (m *modelProc) lease(_ context.Context, key string, want int, skip int64) (leaseReply, error) {
 	f := m.f
 	f.calls++
 	f.now += f.rtt / 2
 	now := f.time()
 	a := f.ahead(key, now)
+	if gcra.Less(a, gcra.Time{NS: skip}) {
+		a = gcra.Time{NS: skip}
+	}
 	k := 0
 	for k < want && !gcra.Less(f.p.D, f.p.Add(a, f.p.Cost(k+1))) {
 		k++

@@ -261,10 +261,15 @@ func timeArgs(args []any, t gcra.Time) []any {
 // as many as the key could admit at once, k with ahead + k*T <= D, at most
 // want, charged as k unit requests arriving together would be: TAT becomes
 // now + ahead + k*T, with ahead as in gcraScript (0 for a key that owes
-// nothing, D for one further ahead, which is repaired).
+// nothing, D for one further ahead, which is repaired), but no less than
+// skip: the slots of a key whose TAT runs less than skip ahead of now
+// start at now + skip, so that they have not passed by the time the reply
+// reaches the process (skip is its round trip), and the time between is
+// charged too, as if spent, at a key with more than skip of room to spare.
 //
 // Arguments: ARGV[1] is den; ARGV[2] to ARGV[4] T; ARGV[5] to ARGV[7] D;
-// ARGV[8] want, 1 to MaxLeaseSlots.
+// ARGV[8] want, 1 to MaxLeaseSlots; ARGV[9] to ARGV[11] skip, less than
+// D - T.
 //
 // k*T is computed exactly: k is at most 2^16, so k times the units of T
 // (below 2^32) stays below 2^48, and k times its nanoseconds below 2^46.
@@ -274,7 +279,7 @@ func timeArgs(args []any, t gcra.Time) []any {
 // It returns six integers, as gcraScript does: k (0 if the key had no
 // room), ahead before the lease, in seconds, nanoseconds and units, and now.
 const leaseLua = scriptLib + `
-local t_, d = arg(2), arg(5)
+local t_, d, skip = arg(2), arg(5), arg(9)
 local want = tonumber(ARGV[8])
 local t, err = load()
 if err then return err end
@@ -287,6 +292,7 @@ if t then
     ahead, repair = d, true
   end
 end
+if less(ahead, skip) then ahead, repair = skip, false end
 local function mul(k)
   local f = k * t_[3]
   local q = math.floor(f / den)
