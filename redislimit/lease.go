@@ -38,69 +38,90 @@ const sweepProbes = 8
 //
 // A lease is one script call that advances the key's TAT by k emission
 // intervals, exactly as k requests arriving at once would, and hands the
-// process the k slots so taken: slot i of a lease made when the key's TAT
-// (or now, if later) was B has the time B + i*T on the Redis server's
-// clock. The script grants only slots the key could admit at once (k*T no
-// more than the room left in the burst), so each slot may be spent from
-// the moment the lease is made; the process spends it at the latest at
-// its own time, and drops it unspent after. So every admission, local or
-// by Redis, takes a slot of its own, no earlier than the slot's time less
-// burst*T and no later than the slot's time, and the fleet's admissions
-// conform to the one GCRA: in any interval of length d at most burst + d/T
-// (+1 at the edges), whichever processes make them. The times are the
-// server's: the process reckons a slot's deadline from its own monotonic
-// clock, from the moment it sent the lease call, less a microsecond for
-// TIME's resolution, so that it errs early; clocks of different processes
-// never meet.
+// process the k slots so taken: slot i of a lease whose run starts at B
+// (the key's TAT, or now if later) has the time B + i*T on the Redis
+// server's clock. The script grants only slots the key could admit at once
+// (its TAT then at most burst*T ahead of now), so each slot may be spent
+// from the moment the lease is made; the process spends it at the latest
+// at its own time, and drops it unspent after. So every admission, local
+// or by Redis, takes a slot of its own, no earlier than the slot's time
+// less burst*T and no later than the slot's time, and the fleet's
+// admissions conform to the one GCRA: in any interval of length d at most
+// burst + d/T (+1 at the edges), whichever processes make them. The
+// process reckons a slot's deadline on its own monotonic clock, from the
+// moment it sent the lease call, less a microsecond for the resolution of
+// TIME, so that it errs early; the clocks of different processes never
+// meet.
 //
 // A key is hot in a process when that process saw at least two requests
 // for it in a burst time D = burst*T, measured between its Redis calls for
-// the key: with u the mean interval between them, the lease asks for
+// the key: with u the mean interval between them, a lease asks for
 // floor(D/u) slots, at most slots (and at most the burst). A key seen less
 // often is cold: each decision is one call, as without leases, and its
 // Decision is Redis's. A request of cost n is spent from the slots in hand
-// when there are n; otherwise it is a call of its own. While the slots in
-// hand are spent and Redis granted none, the process refuses locally until
-// the time Redis said room comes back for the request, with that
-// RetryAfter.
+// when there are n; otherwise it is a call of its own.
 //
-// The cost is under-admission: slots taken and not spent in time are
-// lost. At any moment the slots held unspent by the fleet's P processes
-// are at most the sum of their leases, at most P*slots, worth P*slots*T of
-// the key's time; only they can make the fleet refuse a request that one
-// GCRA would have allowed, and then as a GCRA whose burst is smaller by
-// what is held. A lease of floor(D/u) slots at a steady local rate 1/u is
-// spent before its slots' times whenever the key is loaded (the key's TAT
-// within a lease of its burst), so a saturated key loses slots only when a
-// process's requests slow down: at most its lease in hand, one per such
-// slowdown. When the key has room to spare, slots that expire cost nobody
-// anything. A crashed process loses its slots in hand, which expire with
-// their times, within burst*T; ReturnLeases gives them back on an orderly
-// shutdown.
+// At a key whose TAT runs less far ahead than the process needs (a key
+// with room to spare), the run starts later than the TAT: far enough ahead
+// for the first slot to be still to come when the reply arrives (two round
+// trips) and for the run to last as long as the process takes to spend it
+// at its pace u. The time skipped is charged as if spent: at most as many
+// slots as the lease and an eighth of the burst, once, when such a key
+// turns busy. A saturated key's TAT runs further ahead than that: nothing
+// is skipped there.
+//
+// When the slots in hand are spent and Redis had no room, the process
+// refuses locally, with Reason limits.ReasonRateLimited, until the key
+// has room, by the latest lease's reply, for the request or, if more, for
+// as many slots as the key's rate brings in four round trips (at most a
+// lease): RetryAfter is that time. So a saturated key costs a process at
+// most about one call every four round trips, and the process's burst is
+// smaller by up to that many slots, never its rate.
+//
+// The cost is under-admission. At any moment the fleet's P processes hold
+// at most P*slots slots unspent, and may leave less than a lease of room
+// untaken while they wait for enough to be worth a call: only these can
+// make the fleet refuse a request that one GCRA would have allowed, as a
+// GCRA whose burst is smaller by at most (P+1)*slots would. Slots are lost
+// for good when they expire unspent: a lease of floor(D/u) slots at a
+// steady local rate 1/u is spent before its slots' times whenever the key
+// is saturated (its TAT within a lease of its burst), so a saturated key
+// loses slots only when a process's requests slow down or a reply comes
+// later than the slots' times: at most its lease, each time. Slots
+// expiring at a key with room to spare cost nobody anything. LeaseStats
+// counts the slots spent, expired and in hand. A crashed process loses its
+// slots in hand, which expire with their times, within burst*T;
+// ReturnLeases gives them back on an orderly shutdown.
 //
 // Decisions made from a lease are the process's: Allowed, the GCRA's
-// Limit, Period and Burst, the Cost, Remaining the slots left in hand, At
-// the server's time as the process reckons it (never ahead of the
-// server), and ResetAfter the time until the slot spent. A refusal made
-// locally has Reason limits.ReasonRateLimited and the RetryAfter Redis
-// gave. Refund gives a lease's decision back to the hand when its slots'
-// time has not passed; a decision Redis made is given back in Redis only
-// if nothing was charged for the key after it (the key's TAT is where the
-// charge left it), as a refund that lowered a TAT under slots leased
-// since could let their holders overrun the limit; otherwise the charge
-// stays, towards owing more.
+// Limit, Period and Burst, the Cost, At the server's time as the process
+// reckons it (never ahead of the server), Remaining and ResetAfter as a
+// GCRA whose state were the process's lease, with the slots spent charged
+// and those in hand not (what Redis would say were this process alone).
+// Peek and requests
+// of cost 0, below 0 or above the burst are answered so too, without a
+// call, for a key the process holds a lease of. Refund gives a lease's
+// decision back to the hand while its slots' time has not passed; a
+// decision Redis made is given back in Redis only if nothing was charged
+// for the key after it (the key's TAT is where the charge left it), as a
+// refund that lowered a TAT under slots leased since could let their
+// holders overrun the limit; otherwise the charge stays, towards owing
+// more. So refunds are exact in any order for a lease's decisions, and
+// last in, first out for Redis's.
 //
 // When Redis is down or does not answer, decisions from the slots in hand
 // go on until they are spent or expire (within burst*T); after that each
 // decision is a call, and the failure policy applies when it fails, within
-// the timeout. Waiting for a lease another goroutine asked for is bounded
-// by the caller's context and the timeout too.
+// the timeout. Goroutines waiting for a lease another one asked for share
+// its failure, and wait no longer than their context allows. A flush or a
+// restart of Redis forgives debts as without leases, and lets the slots in
+// hand be spent too: at most burst + P*slots at once, once.
 //
 // The lease table keeps local state for at most keys keys (DefaultLeaseKeys
-// if keys is 0), about 150 bytes each with the key: keys whose slots are
-// spent or expired and that saw no request for D are dropped to make room;
-// when the table is full of keys holding slots, a new key is decided by a
-// call per decision, as a cold key.
+// if keys is 0), about 200 bytes each with the key: keys whose slots are
+// spent or expired and that saw no request for D are dropped to make room,
+// looking at a few entries per new key; when those are all in use, a new
+// key is decided by a call per decision, as a cold key.
 //
 // New returns an error if slots is below 2 or above MaxLeaseSlots, or keys
 // is negative.

@@ -207,3 +207,29 @@ func TestLeaseRedisHung(t *testing.T) {
 		t.Errorf("Redis hung: 8 decisions took %v", elapsed)
 	}
 }
+
+// TestLeaseAllocs checks that a decision from the slots in hand allocates
+// nothing.
+func TestLeaseAllocs(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv.Addr(), true)
+	g := must(New(c, 1_000_000, time.Second, WithPrefix(freshPrefix()), WithLeases(4096, 0), WithTimeout(10*time.Second)))
+	ctx := context.Background()
+	for g.LeaseStats().Held < 1000 {
+		if _, err := g.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls := g.Stats().Answered
+	allocs := testing.AllocsPerRun(500, func() {
+		if d, err := g.Allow(ctx, "k"); err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+	})
+	if g.Stats().Answered != calls {
+		t.Skip("the slots in hand ran out: the machine is too slow for this test") // only a call allocates
+	}
+	if allocs != 0 {
+		t.Errorf("%v allocations a decision from the slots in hand, want 0", allocs)
+	}
+}
