@@ -112,7 +112,10 @@ type Stats struct {
 	RateLimited uint64 `json:"rate_limited"`
 	// ServerBusy counts calls refused because the gate was full.
 	ServerBusy uint64 `json:"server_busy"`
-	// RequestTimeout counts allowed unary calls that ran past the deadline.
+	// RequestTimeout counts unary calls that ran past the deadline: allowed
+	// calls whose handler was still running, and those whose deadline
+	// passed in the rate layers, before their handler started (not counted
+	// in Allowed).
 	RequestTimeout uint64 `json:"request_timeout"`
 	// LimiterError counts limiter errors, whether the call was then
 	// refused (FailClosed) or served (FailOpen).
@@ -454,14 +457,29 @@ func (it *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 	if it.capacity != nil && !it.enter(ctx, &q.held) {
 		return nil, it.refuse(ctx, tr, info.FullMethod, "", it.busy[ReasonServerBusy])
 	}
+	// The deadline bounds the whole call from its admission: the rate
+	// layers' limiter calls as well as the handler.
+	dctx := ctx
+	if it.timeout > 0 {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeout(q, it.timeout)
+		defer cancel()
+	}
 	addr := ""
 	if len(it.rates) > 0 || it.calls != nil {
 		addr = it.clientKey(ctx)
 	}
 	var buf [3]front.Charge
-	charges, ref := front.Admit(ctx, &it.admit, call{ctx, info.FullMethod}, addr, it.rates, buf[:0])
+	charges, ref := front.Admit(dctx, &it.admit, call{ctx, info.FullMethod}, addr, it.rates, buf[:0])
 	if ref != nil {
 		return nil, it.refuseRate(ctx, tr, info.FullMethod, ref)
+	}
+	if it.timeout > 0 && dctx.Err() != nil {
+		// The deadline passed, or the client left, while the rate layers
+		// ran (limiters slow to answer, or failing under FailOpen): the
+		// handler would start with no time left.
+		it.admit.Refund(ctx, charges)
+		return nil, it.timedOut(q, info)
 	}
 	if it.calls != nil {
 		if reason := it.acquire(it.calls, addr); reason != "" {
@@ -473,7 +491,7 @@ func (it *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 	it.n.Allowed.Add(1)
 	if it.timeout > 0 {
 		handedOff = true
-		return it.unaryWithTimeout(q, req, info, handler)
+		return it.unaryWithTimeout(q, dctx, req, info, handler)
 	}
 	resp, err := handler(ctx, req)
 	if q != nil && q.held.Reports() {
@@ -482,7 +500,8 @@ func (it *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 	return resp, err
 }
 
-// unaryWithTimeout runs handler in its own goroutine under the deadline.
+// unaryWithTimeout runs handler in its own goroutine under ctx, q with the
+// deadline set when the call was admitted.
 // If it returns in time, its answer is the call's; if the deadline passes
 // first, or the handler gives up at it with a deadline error, the client
 // gets request_timeout and the handler's context is cancelled. Either way q, the call's place in the gate and its
@@ -490,9 +509,7 @@ func (it *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 // then it still uses the capacity they stand for. A panic in time is
 // raised again on the caller's goroutine; one after the deadline, when
 // nobody is left to raise it to, is logged.
-func (it *Interceptor) unaryWithTimeout(q *hold, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	ctx, cancel := context.WithTimeout(q, it.timeout)
-	defer cancel()
+func (it *Interceptor) unaryWithTimeout(q *hold, ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	type result struct {
 		resp     any
 		err      error

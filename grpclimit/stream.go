@@ -40,6 +40,11 @@ func (it *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	if it.capacity != nil && !it.enter(ctx, &s.q.held) {
 		return it.refuse(ctx, ss, info.FullMethod, "", it.busy[ReasonServerBusy])
 	}
+	if it.capacity != nil && it.timeout > 0 {
+		// Not established in time from its admission: a sign of overload.
+		t := time.AfterFunc(it.timeout, func() { s.q.held.Leave(adaptive.Dropped) })
+		defer t.Stop()
+	}
 	if len(it.rates) > 0 || it.streams != nil {
 		s.addr = it.clientKey(ctx)
 	}
@@ -59,11 +64,6 @@ func (it *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	it.n.Allowed.Add(1)
 	if it.capacity == nil && !(it.messages && len(it.rates) > 0) {
 		return handler(srv, ss) // nothing to watch for
-	}
-	if it.capacity != nil && it.timeout > 0 {
-		// Not established in time: a sign of overload.
-		t := time.AfterFunc(it.timeout, func() { s.q.held.Leave(adaptive.Dropped) })
-		defer t.Stop()
 	}
 	err := handler(srv, s)
 	if s.q.held.Reports() {

@@ -49,7 +49,8 @@ const (
 // bucket only for requests its address allowed: a client sending a new
 // session cookie with every request cannot fill the table other clients
 // need. Every wait is bounded: the gate's queue by QueueWait, each limiter
-// call by LimiterTimeout, the handler by Timeout.
+// call by LimiterTimeout, and the request from its admission by Timeout,
+// limiter calls and handler together.
 //
 // Every refusal is counted (see Stats), may be logged, and is answered
 // from the deciding layer's answer: its status and reason, a Retry-After
@@ -119,7 +120,10 @@ type Stats struct {
 	RateLimited uint64 `json:"rate_limited"`
 	// ServerBusy counts requests refused because the gate was full.
 	ServerBusy uint64 `json:"server_busy"`
-	// RequestTimeout counts allowed requests that ran past the deadline.
+	// RequestTimeout counts requests that ran past the deadline: allowed
+	// requests whose handler was still running, and those whose deadline
+	// passed in the rate layers, before their handler started (not counted
+	// in Allowed).
 	RequestTimeout uint64 `json:"request_timeout"`
 	// LimiterError counts limiter errors, whether the request was then
 	// refused (FailClosed) or served (FailOpen).
@@ -276,9 +280,33 @@ const KeylessPolicy = front.KeylessPolicy
 // Handler returns next wrapped in m's layers. Its type makes m.Handler a
 // middleware for net/http's ServeMux and for routers such as chi.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		m.serve(next, w, r)
+	return &handler{m, next}
+}
+
+// handler is next wrapped in m's layers. Its type lets an enclosing
+// Middleware find a route's policies behind a router (routeOf).
+type handler struct {
+	m    *Middleware
+	next http.Handler
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.m.serve(h.next, w, r) }
+
+// routeOf returns the route Middleware of c that next will hand r to, if
+// next is a router that can say which handler serves r (such as
+// http.ServeMux) and that handler is a route's, or nil.
+func (c *core) routeOf(next http.Handler, r *http.Request) *Middleware {
+	rt, ok := next.(interface {
+		Handler(*http.Request) (http.Handler, string)
 	})
+	if !ok {
+		return nil
+	}
+	h, _ := rt.Handler(r)
+	if rh, ok := h.(*handler); ok && rh.m.c == c && rh.m.own > 0 {
+		return rh.m
+	}
+	return nil
 }
 
 // Stats returns a snapshot of m's counters, shared with the Middlewares
@@ -388,6 +416,14 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 
+	if c.timeout > 0 {
+		// The deadline bounds the whole request from its admission: the
+		// rate layers' limiter calls as well as the handler.
+		ctx, cancel := context.WithTimeout(q, c.timeout)
+		defer cancel()
+		r = r.WithContext(ctx)
+	}
+
 	addr := ""
 	if len(m.rates) > 0 || c.slots != nil || nested {
 		// A route's policy keyed by address needs it, even where m has no
@@ -409,8 +445,28 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if !ok {
 		return
 	}
+	if c.timeout > 0 && r.Context().Err() != nil {
+		// The deadline passed, or the client left, while the rate layers
+		// ran (limiters slow to answer, or failing under FailOpen): the
+		// handler would start with no time left.
+		c.admit.Refund(r.Context(), charges)
+		if q.Err() == nil {
+			c.n.RequestTimeout.Add(1)
+			c.refuse(w, r, "", Denial{Status: http.StatusServiceUnavailable, Reason: ReasonRequestTimeout, RetryAfter: c.busyRetry})
+		}
+		return
+	}
 	if c.slots != nil {
 		if reason := c.slots.Acquire(addr); reason != "" {
+			if nested {
+				// A route's policies come before per-client concurrency,
+				// as they do where the route is served alone.
+				if rt := c.routeOf(next, r); rt != nil {
+					if charges, ok = m.limit(w, r, addr, rt.rates[len(rt.rates)-rt.own:], charges); !ok {
+						return
+					}
+				}
+			}
 			c.admit.Refund(r.Context(), charges)
 			status := c.inflightStatus
 			if reason == ReasonConcurrencyTableFull {

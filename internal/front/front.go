@@ -125,8 +125,10 @@ func SFString(s string) (string, bool) {
 
 // Take asks the policy about a request of cost n for key: Pre first, if
 // set, then the limiter. It returns what was charged, with the deciding
-// Decision in Dec, or the limiter's error, in which case nothing stays
-// charged.
+// Decision in Dec, or the limiter's error, in which case the limiter
+// charged nothing but Pre's charge stays in the Charge: a failure policy
+// speaks for the failing limiter only, so the caller keeps it (the request
+// is served as if the limiter had allowed it) or gives it back with Refund.
 func (r *Rate) Take(ctx context.Context, key string, n int) (Charge, error) {
 	c := Charge{Rate: r, Key: key}
 	if r.Pre != nil {
@@ -138,12 +140,16 @@ func (r *Rate) Take(ctx context.Context, key string, n int) (Charge, error) {
 	}
 	var err error
 	c.Dec, err = r.take(ctx, key, n)
-	if r.Pre != nil && (err != nil || !c.Dec.Allowed) {
+	if r.Pre != nil && err == nil && !c.Dec.Allowed {
 		r.Pre.Refund(ctx, key, c.pre)
 		c.pre = limits.Decision{}
 	}
 	return c, err
 }
+
+// maxGrace bounds the time a limiter's context ends before the bound on
+// its call (see take).
+const maxGrace = 10 * time.Millisecond
 
 // take asks the policy's limiter about a request of cost n for key. A
 // limiter that decides in process is called directly. Any other is called
@@ -151,12 +157,21 @@ func (r *Rate) Take(ctx context.Context, key string, n int) (Charge, error) {
 // when that ends, so that one that never answers cannot hold a request:
 // the call then fails with an error wrapping ErrLimiterTimeout and the
 // context's error, and should the limiter allow the request after all, its
-// charge is given back.
+// charge is given back. The limiter's context ends a little before that
+// bound (a tenth of the time left, at most maxGrace), so that a limiter
+// that gives up at its deadline is heard: its error, with its cause (a
+// refused connection, say), is the call's, rather than the bound's.
 func (r *Rate) take(ctx context.Context, key string, n int) (limits.Decision, error) {
 	if r.local != nil {
 		return r.local.AllowN(key, n), nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
+	lctx, lcancel := ctx, context.CancelFunc(func() {})
+	if d, ok := ctx.Deadline(); ok {
+		if grace := min(time.Until(d)/10, maxGrace); grace > 0 {
+			lctx, lcancel = context.WithDeadline(ctx, d.Add(-grace))
+		}
+	}
 	type result struct {
 		d   limits.Decision
 		err error
@@ -167,7 +182,8 @@ func (r *Rate) take(ctx context.Context, key string, n int) (limits.Decision, er
 	abandoned := make(chan struct{})
 	go func() {
 		defer cancel()
-		d, err := r.Limiter.Take(ctx, key, n)
+		defer lcancel()
+		d, err := r.Limiter.Take(lctx, key, n)
 		select {
 		case done <- result{d, err}:
 		case <-abandoned:
@@ -204,6 +220,9 @@ func (c Charge) Refund(ctx context.Context) error {
 	if c.Rate.Pre != nil {
 		c.Rate.Pre.Refund(ctx, c.Key, c.pre)
 	}
+	if !c.Dec.Allowed {
+		return nil // the limiter failed: Pre's charge was all there was
+	}
 	if c.Rate.local != nil {
 		return c.Rate.local.Refund(ctx, c.Key, c.Dec)
 	}
@@ -213,7 +232,9 @@ func (c Charge) Refund(ctx context.Context) error {
 }
 
 // Charge is what one policy charged one request, or, refused, the
-// Decision that refused it.
+// Decision that refused it. A request served although the policy's
+// limiter failed (FailOpen) keeps a Charge of Pre's charge alone, with a
+// zero Dec.
 type Charge struct {
 	Rate *Rate
 	Key  string
