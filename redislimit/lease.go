@@ -66,8 +66,8 @@ const sweepProbes = 8
 // for the first slot to be still to come when the reply arrives (two round
 // trips) and for the run to last as long as the process takes to spend it
 // at its pace u. The time skipped is charged as if spent: at most as many
-// slots as the lease and an eighth of the burst, once, when such a key
-// turns busy. A saturated key's TAT runs further ahead than that: nothing
+// slots as the lease and four round trips take, and an eighth of the
+// burst. A saturated key's TAT runs further ahead than that: nothing
 // is skipped there.
 //
 // When the slots in hand are spent and Redis had no room, the process
@@ -366,10 +366,10 @@ func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decisi
 		// trips out and the lease lasts as long as the process takes to
 		// spend it at its pace, so that its slots have not all passed
 		// when the reply arrives or soon after. The time skipped is
-		// charged as if spent: at most the lease's own length and an
-		// eighth of the burst.
-		span := t.p.Cost(want).NS
-		skip := max(min(2*t.rtt.Load()+int64(time.Microsecond)+int64(want)*u, t.maxSkip, 2*span)-span, 0)
+		// charged as if spent: at most the lease's own length and four
+		// round trips, and an eighth of the burst.
+		span, rtt := t.p.Cost(want).NS, t.rtt.Load()
+		skip := max(min(2*rtt+int64(time.Microsecond)+int64(want)*u, t.maxSkip, 2*span+4*rtt)-span, 0)
 		c := &leaseCall{done: make(chan struct{})}
 		e.fetch = c
 		s.mu.Unlock()
