@@ -65,10 +65,11 @@ const sweepProbes = 8
 // with room to spare), the run starts later than the TAT: far enough ahead
 // for the first slot to be still to come when the reply arrives (two round
 // trips) and for the run to last as long as the process takes to spend it
-// at its pace u. The time skipped is charged as if spent: at most as many
-// slots as the lease and four round trips take, and an eighth of the
-// burst. A saturated key's TAT runs further ahead than that: nothing
-// is skipped there.
+// at its pace u, up to an eighth of the burst ahead. The time skipped is
+// charged as if spent, and since nothing is skipped at a key whose TAT
+// runs that far ahead, skips hold at most an eighth of the burst's room
+// at any moment: room, not rate. A saturated key's TAT runs further
+// ahead than that: nothing is skipped there.
 //
 // When the slots in hand are spent and Redis had no room, the process
 // refuses locally, with Reason limits.ReasonRateLimited, until the key
@@ -80,9 +81,10 @@ const sweepProbes = 8
 //
 // The cost is under-admission. At any moment the fleet's P processes hold
 // at most P*slots slots unspent, and may leave less than a lease of room
-// untaken while they wait for enough to be worth a call: only these can
-// make the fleet refuse a request that one GCRA would have allowed, as a
-// GCRA whose burst is smaller by at most (P+1)*slots would. Slots are lost
+// untaken while they wait for enough to be worth a call, and skips hold
+// at most an eighth of the burst: only these can make the fleet refuse a
+// request that one GCRA would have allowed, as a GCRA whose burst is
+// smaller by at most (P+1)*slots + burst/8 would. Slots are lost
 // for good when they expire unspent: a lease of floor(D/u) slots at a
 // steady local rate 1/u is spent before its slots' times whenever the key
 // is saturated (its TAT within a lease of its burst), so a saturated key
@@ -366,10 +368,9 @@ func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decisi
 		// trips out and the lease lasts as long as the process takes to
 		// spend it at its pace, so that its slots have not all passed
 		// when the reply arrives or soon after. The time skipped is
-		// charged as if spent: at most the lease's own length and four
-		// round trips, and an eighth of the burst.
-		span, rtt := t.p.Cost(want).NS, t.rtt.Load()
-		skip := max(min(2*rtt+int64(time.Microsecond)+int64(want)*u, t.maxSkip, 2*span+4*rtt)-span, 0)
+		// charged as if spent; as nothing is skipped at a key whose TAT
+		// runs an eighth of the burst ahead, skips never hold more.
+		skip := max(min(2*t.rtt.Load()+int64(time.Microsecond)+int64(want)*u, t.maxSkip)-t.p.Cost(want).NS, 0)
 		c := &leaseCall{done: make(chan struct{})}
 		e.fetch = c
 		s.mu.Unlock()
