@@ -90,8 +90,8 @@
 // takes a run of the key's next emission slots in one script call and
 // spends them locally, each within the GCRA's tolerance of its own time,
 // so that the fleet's admissions still conform to the one GCRA. What it
-// costs is bounded under-admission, at most (P+1)*slots + burst/8 for P processes at
-// any moment; see WithLeases.
+// costs is bounded under-admission, at most (P+1)*slots + burst/8 for P
+// processes at any moment; see WithLeases.
 //
 // # Redis Cluster
 //
