@@ -101,6 +101,10 @@ func benchOps(keys []string) []struct {
 	c := NewEstimator(4, 1024, Sizing{Conservative: true})
 	r := NewRate(time.Second)
 	cr := NewRate(time.Second, Sizing{Hashes: 4, Slots: 1024, Conservative: true})
+	// The default before windows counted exactly first, in the same memory,
+	// and pingora's default.
+	former := NewRate(time.Second, Sizing{Hashes: 4, Slots: 4096, Conservative: true})
+	pr := NewRate(time.Second, Sizing{Hashes: 4, Slots: 1024})
 	in := NewInflight()
 	// A limit no key reaches in a benchmark, so that every call charges,
 	// with each call adding a minute to its key's state, so that the table
@@ -118,6 +122,8 @@ func benchOps(keys []string) []struct {
 		{"ConservativeEstimator.Incr", func(k string) { c.Incr(k, 1) }},
 		{"Rate.Observe", func(k string) { r.Observe(k, 1) }},
 		{"ConservativeRate.Observe", func(k string) { cr.Observe(k, 1) }},
+		{"SketchRate4x4096.Observe", func(k string) { former.Observe(k, 1) }},
+		{"PlainRate4x1024.Observe", func(k string) { pr.Observe(k, 1) }},
 		{"Inflight.IncrClose", func(k string) {
 			g, _ := in.Incr(k, 1)
 			g.Close()
@@ -149,7 +155,8 @@ func BenchmarkHot1024(b *testing.B) {
 
 // BenchmarkGate measures a Gate's TryEnter and Release, serially and from 8
 // goroutines, against a sync.Mutex around an int, the least a shared
-// counter of callers inside can cost.
+// counter of callers inside can cost; and TryEnterPriority and Release of
+// a sheddable caller at a gate with places reserved.
 func BenchmarkGate(b *testing.B) {
 	keys := hotKeys()
 	g, _ := NewGate(1 << 20)
@@ -167,10 +174,17 @@ func BenchmarkGate(b *testing.B) {
 		p, _ := g.TryEnter()
 		p.Release()
 	}
+	r, _ := NewGate(1<<20, WithReserve(PriorityCritical, 1<<10))
+	reserved := func(string) {
+		p, _ := r.TryEnterPriority(PrioritySheddable)
+		p.Release()
+	}
 	b.Run("MutexCounter", func(b *testing.B) { runSerial(b, keys, mutexCounter) })
 	b.Run("MutexCounter/parallel", func(b *testing.B) { runParallel(b, keys, mutexCounter) })
 	b.Run("Gate.TryEnterRelease", func(b *testing.B) { runSerial(b, keys, gate) })
 	b.Run("Gate.TryEnterRelease/parallel", func(b *testing.B) { runParallel(b, keys, gate) })
+	b.Run("Gate.TryEnterPriorityRelease", func(b *testing.B) { runSerial(b, keys, reserved) })
+	b.Run("Gate.TryEnterPriorityRelease/parallel", func(b *testing.B) { runParallel(b, keys, reserved) })
 }
 
 // BenchmarkMemory reports the bytes each structure holds: the heap of the

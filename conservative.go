@@ -11,6 +11,13 @@ const maxConservativeHashes = 16
 // at most maxConservativeHashes rows, and its cells must only ever have been
 // raised this way (or zeroed).
 func (e *Estimator) incrConservative(h uint64, delta int64) int64 {
+	return e.incrConservativeTo(h, delta, math.MaxInt64)
+}
+
+// incrConservativeTo is incrConservative with counts that saturate at top
+// rather than math.MaxInt64: a Rate keeps the window's tag in the bits
+// above its counts (see window).
+func (e *Estimator) incrConservativeTo(h uint64, delta, top int64) int64 {
 	if delta <= 0 {
 		return e.GetHash(h)
 	}
@@ -34,8 +41,8 @@ func (e *Estimator) incrConservative(h uint64, delta int64) int64 {
 			est = min(est, v)
 		}
 		target := est + delta
-		if target < est {
-			target = math.MaxInt64
+		if target < est || target > top {
+			target = max(top, est)
 		}
 		// Gather the cells to move first, without branching on each: which
 		// rows hold the smallest cell is different for every key.

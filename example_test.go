@@ -205,3 +205,17 @@ func ExampleNewEstimator_sized() {
 	// 8512 bytes
 	// 2
 }
+
+func ExampleNewRate_keys() {
+	// About 50,000 clients a minute, each counted exactly but for about
+	// one in 10,000, which the sketch next to the table counts.
+	r := limits.NewRate(time.Minute, limits.Sizing{Keys: 50_000})
+	fmt.Println(r.Size(), "bytes") // two windows of 7,696 lines of table and as much sketch
+	for range 3 {
+		r.Observe("client-1", 1)
+	}
+	fmt.Println(r.Peek("client-1"), r.Peek("client-2"))
+	// Output:
+	// 1970176 bytes
+	// 3 0
+}

@@ -48,14 +48,32 @@ const maxSpan = gcra.MaxSpan
 // read under the key's lock: a cost of 0 is always allowed, and
 // RetryAfter is exact for the decision's At.
 //
+// # Time
+//
+// A GCRA's clock never runs back: it is the real clock once a request has
+// been decided by it (Allow, AllowN, Take, Peek, Wait), and until then the
+// latest date passed to AllowNAt or PeekAt, a date ahead of the real clock
+// counting as the real clock. A request dated before the clock is judged
+// at the clock, and a key is dropped only once its TAT is at or before the
+// clock, so no state is dropped while a decision could still be made
+// before its TAT: dated decisions obey the same bound as current ones, in
+// any interval of length d of the times they are made at (Decision.At).
+// So a log replayed from the past, dates moving forward, is limited as it
+// was; a date out of order is judged at the latest date before it; and
+// once current requests are decided, a date in the past is judged now. A
+// date in the future is judged then, without moving the clock past the
+// real one, so that it cannot make the table drop other keys' state; a key
+// charged at such a date owes until its TAT, and a current request for it
+// is judged at the earliest time consistent with its state.
+//
 // # The table
 //
 // The table holds at most MaxKeys keys (1,048,576 unless WithMaxKeys says
-// otherwise): a key whose TAT is in the future is never dropped, a key
-// whose TAT has passed carries no information and makes room for a new one
-// when needed, and a new key that finds the table full of keys in use is
-// refused with ReasonTableFull. Nobody already limited is ever let off, and
-// filling the table never switches limiting off.
+// otherwise): a key whose TAT is ahead of the clock is never dropped, a
+// key whose TAT the clock has reached carries no information and makes
+// room for a new one when needed, and a new key that finds the table full
+// of keys in use is refused with ReasonTableFull. Nobody already limited
+// is ever let off, and filling the table never switches limiting off.
 //
 // The table is open addressing in shards of at most 1,024 slots of 16
 // bytes, each shard under its own lock: a key's state is its 64-bit hash
@@ -65,8 +83,17 @@ const maxSpan = gcra.MaxSpan
 // that keeps them three-quarters full at MaxKeys: about 22 bytes per key
 // at the cap. No call does work proportional to the table: a call scans at
 // most one shard's probe sequence, and making room for a new key at the
-// cap (marking expired entries free) visits at most a few shards; so does
-// growing a shard. No goroutine runs in the background.
+// cap (marking expired entries free) sweeps at most three shards, its own
+// and the two whose keys expire soonest, found in a tree of each shard's
+// soonest expiry; so does growing a shard. No goroutine runs in the
+// background.
+//
+// A shard's soonest expiry is recorded exactly when it is swept or a key
+// is added to it, and stays early once the key that expires soonest is
+// charged again. So a new key at the cap is refused only when no key held
+// has expired, or when, before the shard holding an expired key, the two
+// shards swept were such shards, swept since a key expired in them: each
+// refusal sweeps two of them, which records their expiry exactly again.
 //
 // Two keys whose hashes agree in the bits kept share one budget: among a
 // million keys in use, the odds that any two do are about 1 in 5 million
@@ -86,9 +113,17 @@ type GCRA struct {
 	fracMask uint64 // 1<<fracBits - 1
 	shardMax int    // slots a shard grows to, at most
 	shards   []gcraShard
-	keys     atomic.Int64  // slots holding a key, expired or not, in all shards
-	cursor   atomic.Uint64 // the next shard reclaim looks at
-	full     atomic.Uint64 // requests refused with ReasonTableFull
+	// soon is a tournament tree over the shards, read without a lock to
+	// find the shard whose keys expire soonest: soon[leaves+i] is no later
+	// than the soonest expiry in shard i (its next), each inner node the
+	// least of its children, soon[1] the least of all.
+	soon   []atomic.Int64
+	leaves int
+	live   atomic.Bool   // a request has been decided by the real clock
+	dated  atomic.Int64  // the latest date given, as far as the real clock
+	keys   atomic.Int64  // slots holding a key, expired or not, in all shards
+	full   atomic.Uint64 // requests refused with ReasonTableFull
+	soonMu sync.Mutex    // serialises raising values in soon
 }
 
 // shardSlots is the most slots a shard holds: 16 KiB, the most one call
@@ -104,14 +139,14 @@ const tombstone = 1
 type gcraShard struct {
 	mu    sync.Mutex
 	slots []gcraSlot
-	next  int64 // no key held expires before this, by the real clock
+	next  int64 // no key held expires before this (see expiry)
 	used  int32 // slots not empty: holding a key, or a tombstone
 	held  int32 // slots holding a key, expired or not
 	// base and mask locate slots without the lock, for prefetching only:
 	// the address of slots[0], and len(slots)-1.
 	base atomic.Uintptr
 	mask atomic.Int32
-	_    [4]byte // a shard is one cache line
+	id   int32 // the shard's index in the table, its leaf in soon
 }
 
 // gcraSlot is one key's state: its tag (hash bits) with, in the low
@@ -171,7 +206,17 @@ func newGCRA(limit int, period time.Duration, opts []Option) (*GCRA, error) {
 	g.shards = make([]gcraShard, n) // slots are made on first use
 	for i := range g.shards {
 		g.shards[i].next = math.MaxInt64
+		g.shards[i].id = int32(i)
 	}
+	g.leaves = 1
+	for g.leaves < n {
+		g.leaves *= 2
+	}
+	g.soon = make([]atomic.Int64, 2*g.leaves)
+	for i := range g.soon {
+		g.soon[i].Store(math.MaxInt64)
+	}
+	g.dated.Store(math.MinInt64)
 	g.start = time.Now()
 	return g, nil
 }
@@ -213,19 +258,19 @@ func (g *GCRA) AllowN(key string, n int) Decision {
 }
 
 // AllowNAt is AllowN at time t instead of now, in the manner of
-// golang.org/x/time/rate. A request dated before the key's latest change
-// is judged at the earliest time consistent with the key's state, and its
-// Decision's At says when that is. The table drops expired keys by the
-// real clock, never by a time passed here, so that a date in the future
-// cannot clear other keys' state; a key charged at such a date stays in the
-// table until the real clock reaches it. Times more than about 73 years
-// from the GCRA's creation are clamped.
+// golang.org/x/time/rate, judged by the rules of the GCRA's clock (see
+// Time): at t, or at the clock if t is before it, or at the earliest time
+// consistent with the key's state after a charge dated further ahead; the
+// Decision's At says when. Times more than about 73 years from the GCRA's
+// creation are clamped.
 func (g *GCRA) AllowNAt(t time.Time, key string, n int) Decision {
 	return g.decide(g.at(t), true, maphash.String(g.seed, key), n, true)
 }
 
-// Peek reports what Allow would decide for key now, without charging
-// anything or adding the key to the table.
+// Peek reports what Allow would decide for key now, ReasonTableFull
+// included, without charging anything or adding the key to the table. To
+// tell whether a new key would find room, it may free the places of
+// expired keys, as Allow does.
 func (g *GCRA) Peek(key string) Decision {
 	return g.decide(0, false, maphash.String(g.seed, key), 1, false)
 }
@@ -295,15 +340,26 @@ func (g *GCRA) WaitN(ctx context.Context, key string, n int) error {
 	}
 }
 
-// Refund gives back the charge of d, an allowed Decision that AllowN, Take
-// or Allow returned for key: the part of it that the key still owes now,
-// so that the key is left owing no less than had the request never been
-// made, and exactly that much when no other request for the key came in
-// between. It does nothing for a refused Decision, one of cost 0, or a key
-// the table no longer holds, and never returns an error.
+// Refund gives back the charge of d, an allowed Decision that AllowN, Take,
+// Allow or AllowNAt returned for key: it takes off the part of the charge
+// still ahead of the GCRA's clock (all of it, n*T, unless the charge's own
+// TAT is near or past), never taking the key's TAT below the clock.
 //
-// A front end calls it when a later layer refuses a request an earlier
-// one charged, so that a refused request costs nothing.
+// Refunds are exact in any order: once every charge allowed for the key
+// since some instant has been refunded, the key is as it was then,
+// whatever the order of the refunds and however they interleaved with the
+// charges (two overlapping requests given back first in, first out leave
+// the key as it was, as last in, first out does). A request allowed before
+// the refunds began and kept stays charged: the key owes no less than had
+// the refunded requests never been made. A request allowed between two
+// refunds and kept may gain from the later ones up to what the earlier
+// ones gave back, no more. Each charge must be refunded at most once, and
+// not after the key was Reset: a second refund gives back more.
+//
+// It does nothing for a refused Decision, one of cost 0, or a key the
+// table no longer holds, and never returns an error. A front end calls it
+// when a later layer refuses a request an earlier one charged, so that a
+// refused request costs nothing.
 func (g *GCRA) Refund(_ context.Context, key string, d Decision) error {
 	if !d.Allowed || d.Cost <= 0 || d.Cost > g.p.Burst {
 		return nil
@@ -318,12 +374,12 @@ func (g *GCRA) Refund(_ context.Context, key string, d Decision) error {
 	s, tag := g.shardOf(h), g.tagOf(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	real := g.now()
-	i, _ := s.lookup(g, tag, real)
+	clock := g.clock(g.now())
+	i, _ := s.lookup(g, tag, clock)
 	if i < 0 {
 		return nil
 	}
-	s.store(g, i, g.p.Refund(s.load(g, i), charged, gcra.Time{NS: real}, d.Cost, rounded))
+	s.store(g, i, g.p.Refund(s.load(g, i), charged, gcra.Time{NS: clock}, d.Cost, rounded))
 	return nil
 }
 
@@ -335,7 +391,7 @@ func (g *GCRA) Reset(key string) {
 	s, tag := g.shardOf(h), g.tagOf(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i, _ := s.lookup(g, tag, g.now()); i >= 0 {
+	if i, _ := s.lookup(g, tag, g.clock(g.now())); i >= 0 {
 		s.slots[i].tag = tombstone
 		s.held--
 		g.keys.Add(-1)
@@ -364,7 +420,8 @@ func (g *GCRA) shardOf(h uint64) *gcraShard {
 func (g *GCRA) tagOf(h uint64) uint64 { return h<<g.fracBits | 1<<63 }
 
 // decide applies the algorithm to key hash h for a request of cost n, at
-// the time at if dated, otherwise now. With charge false it only reports.
+// the time at if dated, otherwise now. With charge false it only reports:
+// for a cost of 1 (Peek) whether a new key would find room, too.
 func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decision {
 	reason, cost := ReasonAllowed, n
 	switch {
@@ -375,33 +432,44 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 	case n == 0:
 		charge = false
 	}
+	// A Peek of a new key needs a place for it as Allow would.
+	place := charge || cost > 0
+	if !dated {
+		if !g.live.Load() {
+			g.live.Store(true)
+		}
+	} else if !g.live.Load() {
+		g.raiseDated(min(at, g.now()))
+	}
 	s, tag := g.shardOf(h), g.tagOf(h)
 	s.prefetchHome(g, tag)
 	for attempt := 0; ; attempt++ {
 		s.mu.Lock()
 		real := g.now()
+		// clock is g's clock: no later decision is made before it, so a key
+		// whose TAT it has reached may be dropped.
+		clock := g.clock(real)
 		now := real
 		if dated {
-			now = at
+			now = max(at, clock)
 		}
-		if s.slots == nil && charge {
+		if s.slots == nil && place {
 			s.setSlots(make([]gcraSlot, 4))
 		}
-		i, free := s.lookup(g, tag, real)
+		i, free := s.lookup(g, tag, clock)
 		var ahead gcra.Time
 		if i >= 0 {
 			ahead = g.p.Sub(s.load(g, i), gcra.Time{NS: now})
 			if gcra.Less(g.p.D, ahead) {
-				// Dated before the key's latest change, or after a charge
-				// dated in the future: judge it at the earliest whole
-				// nanosecond consistent with the key's state.
+				// After a charge dated in the future: judge it at the
+				// earliest whole nanosecond consistent with the key's state.
 				late := gcra.Ceil(g.p.Sub(ahead, g.p.D))
 				now += late
 				ahead = g.p.Sub(ahead, gcra.Time{NS: late})
 			}
 		}
 		allowed, after := g.p.Judge(ahead, cost, charge)
-		if !allowed || !charge {
+		if !allowed || !charge && (i >= 0 || !place) {
 			s.mu.Unlock()
 			return g.decision(g.p.Report(allowed, after, cost), reason, n, now, gcra.Time{})
 		}
@@ -411,37 +479,65 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 			s.store(g, i, tat)
 		case free >= 0 && s.slots[free].tag > tombstone:
 			// An expired key's place: the count of keys is unchanged.
-			s.put(g, free, tag, tat)
-		case free >= 0 && g.reserve():
+			if charge {
+				s.put(g, free, tag, tat)
+			}
+		case free >= 0 && !charge && g.keys.Load() < g.maxKeys:
+			// A Peek that would find room.
+		case free >= 0 && charge && g.reserve():
 			if s.slots[free].tag == 0 {
 				s.used++
 			}
 			s.held++
 			s.put(g, free, tag, tat)
 			if 4*int(s.used) > 3*len(s.slots) {
-				s.maintain(g, real)
+				s.maintain(g, clock)
 			}
 		default:
 			// The table is at its cap, or this shard is full: free the
-			// places of expired keys, here and then in a few other shards,
-			// and try again.
+			// places of expired keys, here and then in the shards whose
+			// keys expire soonest, and try again.
 			freed := 0
-			if s.next <= real {
-				freed = s.purge(g, real)
+			if s.next <= clock {
+				freed = s.purge(g, clock)
 			}
 			s.mu.Unlock()
 			if freed == 0 && attempt == 0 {
-				freed = g.reclaim(real)
+				freed = g.reclaim(clock)
 			}
 			if freed == 0 || attempt > 1 {
-				g.full.Add(1)
+				if charge {
+					g.full.Add(1)
+				}
 				return g.decision(gcra.Result{}, ReasonTableFull, n, now, gcra.Time{})
 			}
 			continue
 		}
 		s.mu.Unlock()
+		if !charge {
+			return g.decision(g.p.Report(true, after, cost), reason, n, now, gcra.Time{})
+		}
 		return g.decision(g.p.Report(true, after, cost), reason, n, now, tat)
 	}
+}
+
+// raiseDated moves g's clock for dated requests forward to t.
+func (g *GCRA) raiseDated(t int64) {
+	for {
+		c := g.dated.Load()
+		if t <= c || g.dated.CompareAndSwap(c, t) {
+			return
+		}
+	}
+}
+
+// clock returns g's clock, given the real clock: no decision is made before
+// it. s.mu of some shard is held.
+func (g *GCRA) clock(real int64) int64 {
+	if g.live.Load() {
+		return real
+	}
+	return g.dated.Load()
 }
 
 // decision builds the Decision for r, made at now; tat is the key's TAT
@@ -479,31 +575,100 @@ func (g *GCRA) reserve() bool {
 	}
 }
 
-// reclaimShards is how many shards reclaim looks at, and reclaimPurges
-// how many of them it may purge, for one new key at the cap.
-const reclaimShards, reclaimPurges = 8, 2
+// reclaimPurges is how many shards reclaim may purge for one new key at
+// the cap.
+const reclaimPurges = 2
 
-// reclaim frees the places of expired keys in a few shards, from a cursor
-// that moves on each call, so that a table at its cap makes room where
-// keys have expired at a bounded cost per call. It returns how many places
-// it freed. It is called with no lock held; now is the real clock, never a
-// time a caller passed, so that no date in the future can drop keys still
-// in use.
-func (g *GCRA) reclaim(now int64) int {
-	freed, purged := 0, 0
-	for range min(reclaimShards, len(g.shards)) {
-		s := &g.shards[g.cursor.Add(1)%uint64(len(g.shards))]
+// reclaim frees the places of expired keys in the shard whose keys expire
+// soonest, as soon tells, so that a table at its cap makes room wherever a
+// key has expired, at a bounded cost per call. A shard whose soonest key
+// was charged again since it was last purged may have none expired: it is
+// purged all the same, which tells its soonest expiry again, and the next
+// shard is looked at, up to reclaimPurges. It returns how many places it
+// freed, 0 if no key has expired at clock, g's clock. It is called with
+// no lock held.
+func (g *GCRA) reclaim(clock int64) int {
+	for range reclaimPurges {
+		if g.soon[1].Load() > clock {
+			return 0 // no key held has expired
+		}
+		s := &g.shards[g.soonest()]
 		s.mu.Lock()
-		if s.next <= now {
-			freed += s.purge(g, now)
-			purged++
+		freed := 0
+		if s.next <= clock {
+			freed = s.purge(g, clock)
+		} else {
+			s.setNext(g, s.next)
 		}
 		s.mu.Unlock()
-		if freed > 0 || purged == reclaimPurges {
-			break
+		if freed > 0 {
+			return freed
 		}
 	}
-	return freed
+	return 0
+}
+
+// soonest returns the index of a shard whose next is least, as soon tells
+// without a lock: a hint, which the caller checks under the shard's lock.
+func (g *GCRA) soonest() int {
+	j := 1
+	for j < g.leaves {
+		if g.soon[2*j+1].Load() < g.soon[2*j].Load() {
+			j = 2*j + 1
+		} else {
+			j = 2 * j
+		}
+	}
+	return min(j-g.leaves, len(g.shards)-1)
+}
+
+// lower records in soon that shard i holds a key expiring at v. Lowering
+// needs no lock: each node only ever moves down to v. s.mu of shard i is
+// held.
+func (g *GCRA) lower(i int32, v int64) {
+	for j := g.leaves + int(i); j >= 1; j >>= 1 {
+		for {
+			c := g.soon[j].Load()
+			if c <= v {
+				return
+			}
+			if g.soon[j].CompareAndSwap(c, v) {
+				break
+			}
+		}
+	}
+}
+
+// raise records in soon that shard i's next is v, which may be later than
+// recorded, and recomputes the nodes above it. Each node is read before
+// its children, and written only if unchanged since, so that a concurrent
+// lower is never lost. s.mu of shard i is held.
+func (g *GCRA) raise(i int32, v int64) {
+	g.soonMu.Lock()
+	defer g.soonMu.Unlock()
+	j := g.leaves + int(i)
+	g.soon[j].Store(v)
+	for j >>= 1; j >= 1; j >>= 1 {
+		for {
+			c := g.soon[j].Load()
+			m := min(g.soon[2*j].Load(), g.soon[2*j+1].Load())
+			if c == m {
+				return
+			}
+			if g.soon[j].CompareAndSwap(c, m) {
+				break
+			}
+		}
+	}
+}
+
+// setNext sets the shard's next, once computed exactly, and records it in
+// soon. s.mu is held.
+func (s *gcraShard) setNext(g *GCRA, next int64) {
+	s.next = next
+	if g.soon[g.leaves+int(s.id)].Load() != next {
+		g.raise(s.id, next)
+	}
 }
 
 // lookup scans tag's probe sequence from its home slot to the key's slot or
@@ -534,7 +699,16 @@ func (s *gcraShard) lookup(g *GCRA, tag uint64, now int64) (at, free int) {
 
 // expired reports whether the key in e has nothing owed at now.
 func (g *GCRA) expired(e *gcraSlot, now int64) bool {
-	return e.tat < now || e.tat == now && e.tag&g.fracMask == 0
+	return g.expiry(e) <= now
+}
+
+// expiry returns the first whole nanosecond at which the key in e has
+// nothing owed: its TAT, rounded up.
+func (g *GCRA) expiry(e *gcraSlot) int64 {
+	if e.tag&g.fracMask != 0 {
+		return e.tat + 1
+	}
+	return e.tat
 }
 
 // load returns the TAT of slot i.
@@ -550,7 +724,10 @@ func (s *gcraShard) store(g *GCRA, i int, tat gcra.Time) {
 // put stores a key's tag and TAT in slot i.
 func (s *gcraShard) put(g *GCRA, i int, tag uint64, tat gcra.Time) {
 	s.slots[i] = gcraSlot{tag: tag | tat.Frac, tat: tat.NS}
-	s.next = min(s.next, tat.NS)
+	if x := g.expiry(&s.slots[i]); x < s.next {
+		s.next = x
+		g.lower(s.id, x)
+	}
 }
 
 // setSlots makes slots the shard's, and publishes where they are for
@@ -574,7 +751,7 @@ func (s *gcraShard) prefetchHome(g *GCRA, tag uint64) {
 var testHookScan func(slots int)
 
 // purge turns the slots of expired keys into tombstones and returns how
-// many it freed. s.mu is held; now is the real clock.
+// many it freed. s.mu is held; now is g's clock.
 func (s *gcraShard) purge(g *GCRA, now int64) int {
 	if testHookScan != nil {
 		testHookScan(len(s.slots))
@@ -589,11 +766,11 @@ func (s *gcraShard) purge(g *GCRA, now int64) int {
 			e.tag = tombstone
 			freed++
 		default:
-			next = min(next, e.tat)
+			next = min(next, g.expiry(e))
 		}
 	}
 	s.held -= int32(freed)
-	s.next = next
+	s.setNext(g, next)
 	g.keys.Add(int64(-freed))
 	return freed
 }
@@ -607,7 +784,7 @@ func (s *gcraShard) purge(g *GCRA, now int64) int {
 // and freeing them early would only make each return an insertion. The
 // cost, at most one pass over the shard and one over its new slots, is
 // amortised over the insertions that filled it; only growing allocates, at
-// most eight times in a shard's life. s.mu is held; now is the real clock.
+// most eight times in a shard's life. s.mu is held; now is g's clock.
 func (s *gcraShard) maintain(g *GCRA, now int64) {
 	full := len(s.slots) >= g.shardMax
 	if full && 8*int(s.used) <= 7*len(s.slots) {
@@ -637,7 +814,7 @@ func (s *gcraShard) compact(g *GCRA) {
 		testHookScan(2 * len(s.slots))
 	}
 	start := -1
-	s.next = math.MaxInt64
+	next := int64(math.MaxInt64)
 	for i := range s.slots {
 		e := &s.slots[i]
 		switch e.tag {
@@ -648,9 +825,10 @@ func (s *gcraShard) compact(g *GCRA) {
 		case tombstone:
 			*e = gcraSlot{}
 		default:
-			s.next = min(s.next, e.tat)
+			next = min(next, g.expiry(e))
 		}
 	}
+	s.setNext(g, next)
 	s.used = s.held
 	if start < 0 {
 		// Every slot was used, by keys or tombstones: never so in the
@@ -689,12 +867,13 @@ func (s *gcraShard) rebuild(g *GCRA, size int) {
 	}
 	old := s.slots
 	s.setSlots(make([]gcraSlot, size))
-	s.next = math.MaxInt64
+	next := int64(math.MaxInt64)
 	for _, e := range old {
 		if e.tag > tombstone {
 			s.slots[s.firstEmpty(g, e.tag)] = e
-			s.next = min(s.next, e.tat)
+			next = min(next, g.expiry(&e))
 		}
 	}
+	s.setNext(g, next)
 	s.used = s.held
 }

@@ -6,11 +6,12 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Rate estimates how many events each key sees per time window, in fixed
-// memory: two Estimators take turns, one counting the current window while
-// the other keeps the window before it.
+// memory: two windows' worth of counters take turns, one counting the
+// current window while the other keeps the window before it.
 //
 // Windows lie on a fixed grid from the Rate's creation: window k covers
 // [start + k*interval, start + (k+1)*interval), for every key alike, whatever
@@ -18,46 +19,76 @@ import (
 // The first call in a new window makes it current; nothing runs in the
 // background.
 //
+// # What counts
+//
+// By default, and with a Sizing from the keys expected (Sizing.Keys), a
+// window counts exactly first: a lock-free table of key fingerprints and
+// counts, one 64-byte cache line for each key, holds as many keys as it
+// has room for, and a conservative count-min sketch in the same block of
+// memory counts the keys that find their line full (see Sizing for the
+// sizes). A key with an entry is counted exactly, merged only with a key
+// of the same line and 16-bit fingerprint, about one pair in 10,000 keys;
+// a count past 32,767 goes on in the sketch. The default's 128 KiB a
+// window are exact up to 5,000 keys a window (every key has an entry with
+// probability 98.5%); with 10,000 keys, 99.5% have one, and the others
+// share a sketch roomy enough that no key of docs/ACCURACY.md's workloads
+// within a limit set at 2 to 10 times the median count is refused.
+//
+// With a Sizing that gives Hashes and Slots, or an accuracy (MaxOverFraction,
+// Events and MaxOver, Failure), each window is an Estimator alone, the
+// count-min sketch of pingora's Rate: plain, so that Observe(key, -n) takes
+// events back, unless Sizing.Conservative.
+//
 // # Concurrency
 //
 // All methods are safe for concurrent use, take no locks and allocate
-// nothing. At each change of window one caller, the first to claim it, zeroes
-// the Estimator that held the window before last and then publishes the new
+// nothing. At each change of window one caller, the first to claim it, clears
+// the counters that held the window before last and then publishes the new
 // window; callers that arrive while it works share the work, so that a
 // claimer descheduled half-way does not hold the change up. Callers that
 // read the clock before the change can neither claim it nor clear anything.
 // A completed window stays readable until the window after it ends. Events
 // observed while a change is in progress (microseconds at the default size)
 // are counted in the window that is ending, the one adjacent to theirs.
-// Counters are zeroed with a compare-and-swap from the value read before
-// checking that the change is still wanted, so a caller descheduled in the
-// middle of that work, for longer than the others take to finish it, fails
-// its swaps when it resumes; it zeroes a counter of a later window only if
-// that counter has come back to exactly the value it read. When a change
-// follows two or more idle windows and clears both Estimators, an event
-// racing with it may be lost. No count is lost otherwise.
 //
-// With intervals shorter than the time it takes to clear an Estimator, windows
+// Counters are cleared with a compare-and-swap from the value read before
+// checking that the change is still wanted, and every counter carries a
+// tag of its window that differs between window k and window k-2, which
+// held the same counters before: a caller descheduled in the middle of the
+// work fails its swaps when it resumes, whatever the new window has counted
+// since. Counts are lost in two cases only. When a change follows a window
+// without any event, both windows' counters are cleared, and events
+// observed while that change is in progress may be lost (and, after three
+// windows or more without an event, the tags match again, so a caller
+// descheduled in the middle of that change may also clear a counter that
+// has come back to exactly the count it had then). And an Observe that
+// reads the current window and is descheduled for longer than an interval
+// before it counts counts into a later window, or into counters being
+// cleared. No count is lost otherwise.
+//
+// With intervals shorter than the time it takes to clear a window, windows
 // change faster than they can be cleared and counts are only approximate; any
 // interval > 0 is accepted and never causes a panic.
 //
 // # Accuracy
 //
-// Counts are count-min estimates (see Estimator): never too low while events
-// are observed with n >= 0, and too high by at most e*N/slots with
-// probability 1 - e^-hashes, where N is the number of events in the window.
-// The error grows with the number of distinct keys per window, not with the
-// rate: a Sizing sizes the windows from the keys expected. A conservative
-// Rate (Sizing.Conservative) counts with conservative update (see
-// Estimator): in the same memory and for a little more time per call, it
-// over-counts about half as much in a crowded sketch and far less in a
-// roomy one, but cannot take events back.
+// Estimates are never too low while events are observed with n >= 0. A
+// key with an entry in the table is counted exactly. A key counted by a
+// count-min sketch is too high by at most e*N/slots with probability
+// 1 - e^-hashes, where N is the number of events the sketch counted in the
+// window: the error grows with the number of distinct keys per window, not
+// with the rate, and a Sizing sizes the windows from the keys expected.
+// Conservative update (see Estimator) over-counts about half as much as
+// plain update in a crowded sketch and far less in a roomy one, but cannot
+// take events back: a Rate that counts exactly first, or is conservative,
+// records nothing for n <= 0.
 type Rate struct {
 	interval     time.Duration
 	start        time.Time
 	seed         maphash.Seed
-	slots        [2]*Estimator // window k counts into slots[k&1]
-	conservative bool          // count with incrConservative
+	win          [2]window // window k counts into win[k&1]
+	exact        bool      // win's have tables (see window)
+	conservative bool      // count with conservative update
 
 	// claimed is the newest window whose change has been claimed; cur the
 	// newest whose Estimator is ready, so that callers count into
@@ -68,6 +99,11 @@ type Rate struct {
 	// zeroed, so that callers sharing a change of window skip the chunks
 	// already done.
 	cleared [2][]atomic.Int64
+
+	// stall, nil but in tests, is called by a caller taking part in a
+	// change of window between its check that the change is still wanted
+	// and its first compare-and-swap, to play a caller descheduled there.
+	stall func()
 }
 
 // RateComponents is what RateWith passes to its function: the counts of one
@@ -95,19 +131,19 @@ func ProportionalRate(c RateComponents) float64 {
 }
 
 // NewRate returns a Rate with windows of the given interval. Without a
-// Sizing, or with the zero Sizing, each window is counted by a
-// conservative Estimator of 4 hashes x 4096 slots: 128 KiB a window, 256
-// KiB in all, chosen among sketches of up to 128 KiB for wrongly refusing
-// few keys, with a thin tail and a fast Observe (docs/ACCURACY.md). With
-// 10,000 keys a window whose counts follow Zipf's law and a limit of 100,
-// 0.2% of the keys within the limit see a refusal, against 6% with a plain
-// sketch of the same size and 93% with plain 4 x 1024; Observe takes 60
-// to 65 ns from one goroutine, 5 to 13 ns more than on plain 4 x 1024. Any
-// other Sizing selects the mode it says, plain unless Conservative, and
-// the size, or keeps 4 x 4096:
+// Sizing, or with the zero Sizing (Conservative or not), each window
+// counts exactly first (see Rate) in 128 KiB: a table of 1,024 lines, room
+// for 16,384 keys, and a 4 x 4096 conservative sketch of 32-bit counters;
+// 256 KiB in all, the memory of the former default, two conservative
+// sketches of 4 x 4096. With 10,000 keys a window, fewer than 0.1% of the
+// keys within a limit set at 2, 5 or 10 times the median key's count are
+// refused on Zipf, uniform, bimodal and lognormal workloads, where the
+// former default refused up to 8% (docs/ACCURACY.md). A Sizing from the
+// keys sizes such windows for more keys; one with hashes and slots, or an
+// accuracy, selects count-min windows (see Sizing):
 //
-//	limits.NewRate(time.Minute, limits.Sizing{Keys: 50_000, Conservative: true})
-//	limits.NewRate(time.Minute, limits.Sizing{Hashes: 4, Slots: 4096}) // plain, to take events back with Observe(key, -n)
+//	limits.NewRate(time.Minute, limits.Sizing{Keys: 50_000})
+//	limits.NewRate(time.Minute, limits.Sizing{Hashes: 4, Slots: 4096}) // pingora's windows, plain, to take events back with Observe(key, -n)
 //
 // It panics if interval <= 0, if the Sizing is not valid (check one read
 // from configuration with Sizing.Dims first), or if an option does not
@@ -120,27 +156,31 @@ func NewRate(interval time.Duration, opts ...Option) *Rate {
 	if err := collect(&o, opts, optSizing, "a Rate"); err != nil {
 		panic("limits: " + err.Error())
 	}
-	hashes, slots := o.sizing.size(defaultRateSize)
-	r := &Rate{interval: interval, seed: maphash.MakeSeed(), conservative: o.sizing.Conservative || o.sizing == (Sizing{})}
-	r.slots[0] = newEstimator(hashes, slots, r.seed)
-	r.slots[1] = newEstimator(hashes, slots, r.seed)
-	chunks := (len(r.slots[0].cells) + clearChunk - 1) / clearChunk
+	lines, hashes, slots := o.sizing.rateSize()
+	r := &Rate{interval: interval, seed: maphash.MakeSeed(), exact: lines > 0, conservative: o.sizing.Conservative || lines > 0}
+	r.win[0] = newWindow(lines, hashes, slots, r.seed)
+	r.win[1] = newWindow(lines, hashes, slots, r.seed)
+	r.win[1].fill(-1) // window 0's Prev: window -1, with its tag
+	chunks := (len(r.win[0].cells) + clearChunk - 1) / clearChunk
 	r.cleared[0] = make([]atomic.Int64, chunks)
 	r.cleared[1] = make([]atomic.Int64, chunks)
 	r.start = time.Now()
 	return r
 }
 
-// defaultRateSize is the size of a Rate's windows unless a Sizing says
-// otherwise; NewRate counts conservatively unless a Sizing other than the
-// zero one is given.
-var defaultRateSize = [2]int{4, 4096}
+// The default windows of a Rate, 128 KiB each: a table of 1,024 lines,
+// room for 16,384 keys in 64 KiB, and a 4 x 4096 conservative sketch of
+// 32-bit counters, 64 KiB.
+const defaultRateLines = 1024
+
+var defaultRateSketch = [2]int{4, 4096}
 
 // Interval returns the length of r's windows.
 func (r *Rate) Interval() time.Duration { return r.interval }
 
-// Size returns the memory held by r's counters, in bytes.
-func (r *Rate) Size() int { return r.slots[0].Size() + r.slots[1].Size() }
+// Size returns the memory held by r's counters, in bytes: 256 KiB by
+// default.
+func (r *Rate) Size() int { return 8 * (len(r.win[0].cells) + len(r.win[1].cells)) }
 
 // Hash returns the hash of a key held as bytes, for ObserveHash:
 // ObserveHash(r.Hash(b), n) counts the same key as Observe(string(b), n),
@@ -152,19 +192,26 @@ func (r *Rate) Hash(key []byte) uint64 { return maphash.Bytes(r.seed, key) }
 // with a change of window is counted in, and reported for, the window that is
 // ending (see Rate).
 //
-// n == 0 records nothing and returns the current count. A conservative
-// Rate (the default) records nothing for any n <= 0, as it cannot take
-// events back; a plain one (a Sizing without Conservative) takes back
-// events observed before for a negative n, and its estimates may then be
-// too low.
+// n == 0 records nothing and returns the current count. A Rate that
+// counts exactly first (the default) or is conservative records nothing
+// for any n <= 0, as it cannot take events back; a plain one (count-min
+// windows without Conservative) takes back events observed before for a
+// negative n, and its estimates may then be too low.
 func (r *Rate) Observe(key string, n int64) int64 {
 	return r.ObserveHash(maphash.String(r.seed, key), n)
 }
 
 // ObserveHash is Observe for a key hashed with Hash.
 func (r *Rate) ObserveHash(h uint64, n int64) int64 {
-	d := r.elapsed()
 	c := r.cur.Load()
+	if r.exact {
+		// Ask for the key's line before reading the clock, which waits
+		// for earlier loads, so that a cache miss overlaps it.
+		w := &r.win[c&1]
+		first, _ := w.lineOf(h)
+		prefetch(uintptr(unsafe.Pointer(&w.table[first])))
+	}
+	d := r.elapsed()
 	// The clock is still in window c (or, read before another caller moved
 	// on, in an earlier one) unless it is a full interval past c's start;
 	// c*interval cannot overflow, as the clock once read that much.
@@ -172,10 +219,20 @@ func (r *Rate) ObserveHash(h uint64, n int64) int64 {
 		r.advance(d)
 		c = r.cur.Load()
 	}
-	if r.conservative {
-		return r.slots[c&1].incrConservative(h, n)
+	w := &r.win[c&1]
+	if r.exact {
+		return w.observe(h, n)
 	}
-	return r.slots[c&1].add(h, n)
+	return w.add(h, n, c, r.conservative)
+}
+
+// get returns key hash h's estimate in window k, held by r.win[k&1].
+func (r *Rate) get(h uint64, k int64) int64 {
+	w := &r.win[k&1]
+	if r.exact {
+		return w.get(h)
+	}
+	return w.read(h, k, r.conservative)
 }
 
 // Rate returns key's rate over the latest completed window, in events per
@@ -267,19 +324,20 @@ func (r *Rate) flip(k int64) {
 	from := rand.IntN(total)
 	for j := range total {
 		i := (from + j) % total
-		slot := k & 1
+		slot, as := k&1, k
 		if i >= chunks {
-			slot, i = (k-1)&1, i-chunks
+			slot, as, i = (k-1)&1, k-1, i-chunks
 		}
 		if r.cleared[slot][i].Load() == k {
 			continue
 		}
-		cells := r.slots[slot].cells[i*clearChunk : min((i+1)*clearChunk, len(r.slots[slot].cells))]
+		w := &r.win[slot]
+		cells := w.cells[i*clearChunk : min((i+1)*clearChunk, len(w.cells))]
 		var seen [clearChunk]int64
 		for n := range cells {
 			seen[n] = cells[n].Load()
 		}
-		if !r.zero(k, cells, &seen) {
+		if !r.zero(k, cells, &seen, w.blank(i*clearChunk, as)) {
 			return
 		}
 		r.cleared[slot][i].Store(k)
@@ -302,23 +360,30 @@ func (r *Rate) wanted(k int64) bool {
 	return r.cur.Load() < k && r.claimed.Load() < k+2
 }
 
-// zero sets each of cells to 0 for the change to window k, with a
-// compare-and-swap from seen, the values read before checking that the
-// change is still wanted. A caller descheduled after that check and
-// resuming once the Estimator counts a live window thus fails its swaps,
-// rather than wiping counts, unless a counter has come back to exactly the
-// value it read. A counter that moved for another reason (callers counting
+// zero sets each of cells to z, its value in window k once cleared, for
+// the change to window k, with a compare-and-swap from seen, the values
+// read before checking that the change is still wanted. A caller
+// descheduled after that check, resuming once the Estimator counts window
+// k, thus fails its swaps: every counter carries its window's tag (see
+// window), and the tag of window k differs from that of k-2, which the
+// caller read. A counter that moved for another reason (callers counting
 // into it while a change clears both Estimators) is read again, as long as
 // the change is still wanted. It returns false if it stopped because the
 // change no longer is.
-func (r *Rate) zero(k int64, cells []atomic.Int64, seen *[clearChunk]int64) bool {
-	return r.wanted(k) && r.swap(k, cells, seen)
+func (r *Rate) zero(k int64, cells []atomic.Int64, seen *[clearChunk]int64, z int64) bool {
+	if !r.wanted(k) {
+		return false
+	}
+	if r.stall != nil {
+		r.stall()
+	}
+	return r.swap(k, cells, seen, z)
 }
 
 // swap is zero past its first check.
-func (r *Rate) swap(k int64, cells []atomic.Int64, seen *[clearChunk]int64) bool {
+func (r *Rate) swap(k int64, cells []atomic.Int64, seen *[clearChunk]int64, z int64) bool {
 	for n := range cells {
-		for v := seen[n]; !cells[n].CompareAndSwap(v, 0); v = cells[n].Load() {
+		for v := seen[n]; v != z && !cells[n].CompareAndSwap(v, z); v = cells[n].Load() {
 			if !r.wanted(k) {
 				return false
 			}
@@ -346,10 +411,10 @@ func (r *Rate) components(h uint64) RateComponents {
 		rc.Prev, rc.Curr = 0, 0
 		switch w {
 		case c: // no change in progress
-			rc.Curr = r.slots[c&1].GetHash(h)
-			rc.Prev = r.slots[(c-1)&1].GetHash(h)
+			rc.Curr = r.get(h, c)
+			rc.Prev = r.get(h, c-1)
 		case c + 1: // window c just completed; window w has no Estimator yet
-			rc.Prev = r.slots[c&1].GetHash(h)
+			rc.Prev = r.get(h, c)
 		}
 		if r.claimed.Load() == f {
 			break

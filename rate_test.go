@@ -310,7 +310,7 @@ func TestRateLateZeroingSparesLiveCounts(t *testing.T) {
 		time.Sleep(time.Second)
 		// The late caller reads a chunk of Estimator 0 for the change to 2.
 		var seen [clearChunk]int64
-		cells := r.slots[0].cells[:clearChunk]
+		cells := r.win[0].cells[:clearChunk]
 		for n := range cells {
 			seen[n] = cells[n].Load()
 		}
@@ -326,7 +326,7 @@ func TestRateLateZeroingSparesLiveCounts(t *testing.T) {
 				t.Fatalf("Rate(%s) = %v, below the 3 observed", k, before[i])
 			}
 		}
-		r.swap(2, cells, &seen)
+		r.swap(2, cells, &seen, r.win[0].blank(0, 2))
 		for i, k := range keys {
 			if got := r.Rate(k); got != before[i] {
 				t.Errorf("Rate(%s) = %v after the late caller resumed, was %v", k, got, before[i])

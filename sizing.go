@@ -7,7 +7,8 @@ import (
 )
 
 // Sizing sets the size and the update mode of the count-min sketches under
-// a Rate or an Inflight, and is passed to NewRate and NewInflight as an
+// a Rate or an Inflight, or the size of a Rate's windows that count
+// exactly first, and is passed to NewRate and NewInflight as an
 // Option (to NewEstimator, which takes its size as arguments, only for
 // Conservative):
 //
@@ -26,6 +27,27 @@ import (
 // Conservative selects conservative update, for counts that only grow: in
 // the same memory a conservative sketch over-counts less, never more (see
 // Estimator).
+//
+// # A Rate from its keys
+//
+// A Sizing that gives Keys, and no Hashes, Slots or accuracy
+// (MaxOverFraction, MaxOver, Events, Failure), sizes the windows of a Rate
+// to count exactly first (see Rate), in the user's terms: Keys is the
+// number of distinct keys a window is expected to hold, and Limit, if
+// known, the limit the counts are compared with. Each window then holds a
+// table of ceil(Keys/6.5) lines of 16 entries, rounded up to a multiple
+// of 4, 64 bytes a line, at which about one key in 10,000 finds its line
+// full, and a conservative sketch of 4 rows of 32-bit counters as large
+// as the table, for those keys; with a Limit above 32,767, the most an
+// entry counts, the sketch has at least e*(Keys-1) counters a row, so
+// that every key spilling into it is counted exactly with probability at
+// least 1 - e^-4. Fewer than 0.1% of the keys within the limit are then
+// refused wrongly when a window holds up to Keys keys: those without an
+// entry, over-counted in the sketch. Sizing{Keys: 6_656} is the default,
+// 128 KiB a window; Sizing{Keys: 50_000} takes 962 KiB a window, where
+// count-min windows counting the same keys exactly at the same failure
+// would take 4.1 MiB. The Conservative field changes nothing there, as the
+// windows are always conservative.
 //
 // # The bounds
 //
@@ -53,8 +75,8 @@ import (
 // plain sketch's.
 //
 // The zero Sizing gives no size and, as an Option, changes nothing: a Rate
-// keeps its default (conservative, 4 x 4096), an Estimator or Inflight
-// its plain update and size.
+// keeps its default (windows that count exactly first), an Estimator or
+// Inflight its plain update and size.
 type Sizing struct {
 	// Hashes and Slots give the size outright: hashes rows of slots
 	// counters each, 8 bytes a counter. Set both, or neither and size the
@@ -85,6 +107,13 @@ type Sizing struct {
 	// off by more than the tolerance. 0 means 0.02, which gives 4 hashes.
 	Failure float64
 
+	// Limit, for a Rate sized from Keys, is the largest limit its counts
+	// are compared with, if known; 0 means unknown, or at most 32,767 a
+	// window. Above that, a key's count spills from its entry into the
+	// sketch, which is then sized to count every key exactly (see
+	// NewRate). Estimators and Inflights do not use it.
+	Limit int64
+
 	// Conservative counts with conservative update: an increment raises
 	// each of a key's counters only as far as the key's new estimate, and
 	// leaves higher ones, which already hold more from other keys, alone.
@@ -98,7 +127,7 @@ type Sizing struct {
 
 // sized reports whether s gives a size.
 func (s Sizing) sized() bool {
-	return s.Hashes != 0 || s.Slots != 0 || s.Keys != 0 || s.MaxOverFraction != 0 || s.MaxOver != 0 || s.Events != 0 || s.Failure != 0
+	return s.Hashes != 0 || s.Slots != 0 || s.Keys != 0 || s.MaxOverFraction != 0 || s.MaxOver != 0 || s.Events != 0 || s.Failure != 0 || s.Limit != 0
 }
 
 // defaultFailure is the Failure of a Sizing that leaves it 0: it gives
@@ -123,7 +152,7 @@ func (s Sizing) Dims() (hashes, slots int, err error) {
 func (s Sizing) dims() (hashes, slots int, err error) {
 	if s.Hashes != 0 || s.Slots != 0 {
 		switch {
-		case s.Keys != 0 || s.MaxOverFraction != 0 || s.MaxOver != 0 || s.Events != 0 || s.Failure != 0:
+		case s.Keys != 0 || s.MaxOverFraction != 0 || s.MaxOver != 0 || s.Events != 0 || s.Failure != 0 || s.Limit != 0:
 			return 0, 0, errors.New("limits: Sizing takes Hashes and Slots or an accuracy, not both")
 		case s.Hashes < 1:
 			return 0, 0, fmt.Errorf("limits: Sizing.Hashes must be >= 1, got %d", s.Hashes)
@@ -136,6 +165,10 @@ func (s Sizing) dims() (hashes, slots int, err error) {
 	}
 	failure := s.Failure
 	switch {
+	case s.Limit < 0:
+		return 0, 0, fmt.Errorf("limits: Sizing.Limit must be >= 0, got %d", s.Limit)
+	case s.Limit > 0 && !s.tabled():
+		return 0, 0, errors.New("limits: Sizing.Limit sizes a Rate from Keys, and takes Keys with no accuracy")
 	case s.Keys < 0:
 		return 0, 0, fmt.Errorf("limits: Sizing.Keys must be >= 0, got %d", s.Keys)
 	case s.Events < 0:
@@ -200,4 +233,64 @@ func (s Sizing) size(def [2]int) (hashes, slots int) {
 		panic(err.Error())
 	}
 	return hashes, slots
+}
+
+// rateSize returns the size of a Rate's windows built with s: lines of
+// table (0 for none) and the hashes and slots of the sketch, panicking as
+// size does. The zero Sizing, with Conservative or not, gives the default
+// table and sketch; Keys alone, or with Limit, a table and sketch sized
+// from them (see Sizing); Hashes and Slots, or an accuracy, a count-min
+// sketch alone.
+func (s Sizing) rateSize() (lines, hashes, slots int) {
+	if !s.sized() {
+		return defaultRateLines, defaultRateSketch[0], defaultRateSketch[1]
+	}
+	if !s.tabled() {
+		hashes, slots = s.size(defaultRateSketch)
+		return 0, hashes, slots
+	}
+	lines, slots, err := s.tableDims()
+	if err != nil {
+		panic(err.Error())
+	}
+	return lines, tableHashes, slots
+}
+
+// tabled reports whether s sizes a Rate's windows as a table and a
+// sketch: it gives Keys, and no size or accuracy of a count-min sketch.
+func (s Sizing) tabled() bool {
+	return s.Keys != 0 && s.Hashes == 0 && s.Slots == 0 && s.MaxOverFraction == 0 && s.MaxOver == 0 && s.Events == 0 && s.Failure == 0
+}
+
+// Sizing a Rate's windows from its keys: lines of table for Keys keys at
+// tableLoad keys a line on average, so that about one key in 10,000 finds
+// its line of 16 entries full (the share of keys over 16 in a Poisson
+// count of mean 6.5, over 6.5, is 1.0e-4), and a sketch of tableHashes
+// rows, of as many bytes as the table, or, with a Limit above what an
+// entry holds, sized for every key to be counted exactly there with
+// probability 1 - e^-4, as every key near the limit spills into it.
+const (
+	tableLoad   = 6.5
+	tableHashes = 4
+)
+
+// tableDims returns the lines of table and the counters per row of sketch
+// of a Rate's windows sized by s, which gives Keys, or an error.
+func (s Sizing) tableDims() (lines, slots int, err error) {
+	switch {
+	case s.Keys < 0:
+		return 0, 0, fmt.Errorf("limits: Sizing.Keys must be >= 0, got %d", s.Keys)
+	case s.Limit < 0:
+		return 0, 0, fmt.Errorf("limits: Sizing.Limit must be >= 0, got %d", s.Limit)
+	}
+	l := math.Ceil(float64(s.Keys)/tableLoad/4) * 4 // whole chunks of clearChunk words
+	w := 4 * l                                      // as many bytes as the table: 16 counters of 4 bytes a line, over 4 rows
+	if s.Limit > countMax {
+		w = max(w, math.Ceil(math.E*float64(s.Keys-1)))
+	}
+	w = math.Ceil(w/2) * 2 // two counters a word
+	if l*lineWords+tableHashes*w/2 > maxCells {
+		return 0, 0, fmt.Errorf("limits: Sizing for %d keys needs %.0f lines of table and %d x %.0f counters of sketch, more than the 1 GiB a window may take", s.Keys, l, tableHashes, w)
+	}
+	return int(l), int(w), nil
 }

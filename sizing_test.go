@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -207,6 +208,115 @@ func TestSizingKeepsItsPromise(t *testing.T) {
 			t.Logf("%+v conservative=%v: %.2f%% of keys over %d, %.0f%% allowed", tt.s, conservative, 100*share, tt.tolerance, 100*failure)
 			if share > failure {
 				t.Errorf("%+v conservative=%v: %.2f%% of keys over %d, more than the %.0f%% allowed", tt.s, conservative, 100*share, tt.tolerance, 100*failure)
+			}
+		}
+	}
+}
+
+// TestSizingRateFromKeys checks the windows a Rate gets from its keys: a
+// table at 6.5 keys a line and a sketch of the same memory, or, with a
+// Limit above what an entry holds, one that counts every key exactly.
+func TestSizingRateFromKeys(t *testing.T) {
+	for _, tt := range []struct {
+		s            Sizing
+		lines, slots int
+	}{
+		{Sizing{}, 1024, 4096},
+		{Sizing{Conservative: true}, 1024, 4096},
+		{Sizing{Keys: 6656}, 1024, 4096}, // the default
+		{Sizing{Keys: 10_000}, 1540, 6160},
+		{Sizing{Keys: 1}, 4, 16},
+		{Sizing{Keys: 10_000, Limit: countMax}, 1540, 6160},
+		{Sizing{Keys: 10_000, Limit: countMax + 1}, 1540, 27182}, // e*9999 = 27180.5, rounded up to whole words
+	} {
+		r := NewRate(time.Second, tt.s)
+		w := &r.win[0]
+		if got := len(w.table) / lineWords; got != tt.lines || int(w.cols) != tt.slots || len(w.rows) != 4 {
+			t.Errorf("%+v: %d lines and %d x %d counters, want %d and 4 x %d", tt.s, got, len(w.rows), w.cols, tt.lines, tt.slots)
+		}
+		if want := 2 * 8 * (tt.lines*lineWords + 4*tt.slots/2); r.Size() != want {
+			t.Errorf("%+v: Size() = %d, want %d", tt.s, r.Size(), want)
+		}
+	}
+	if got := NewRate(time.Second).Size(); got != 256<<10 {
+		t.Errorf("default Rate holds %d bytes, want 256 KiB", got)
+	}
+	for s, want := range map[Sizing]string{
+		{Keys: 10, Limit: -1}: "limits: Sizing.Limit must be >= 0, got -1",
+		{Keys: -1, Limit: 5}:  "limits: Sizing.Keys must be >= 0, got -1",
+		{Limit: 5}:            "limits: Sizing.Limit sizes a Rate from Keys, and takes Keys with no accuracy",
+		{Keys: 10, Limit: 5, MaxOverFraction: 0.1}: "limits: Sizing.Limit sizes a Rate from Keys, and takes Keys with no accuracy",
+		{Hashes: 4, Slots: 8, Limit: 5}:            "limits: Sizing takes Hashes and Slots or an accuracy, not both",
+		{Keys: 1 << 40}:                            "limits: Sizing for 1099511627776 keys needs 169155635044 lines of table and 4 x 676622540176 counters of sketch, more than the 1 GiB a window may take",
+	} {
+		if got := mustPanic(t, func() { NewRate(time.Second, s) }); got != want {
+			t.Errorf("NewRate(%+v) panicked with %q, want %q", s, got, want)
+		}
+	}
+	if _, _, err := (Sizing{Limit: 5}).Dims(); err == nil {
+		t.Errorf("Dims of a Limit without Keys: no error")
+	}
+}
+
+// TestRateSizingKeepsItsPromise replays workloads of the keys a Sizing
+// was given, one event at a time in shuffled order, as a limiter would see
+// them, and checks that fewer than 0.1% of the keys within a limit set at
+// 2, 5 and 10 times the median count are refused.
+func TestRateSizingKeepsItsPromise(t *testing.T) {
+	rng := rand.New(rand.NewPCG(22, 22))
+	for _, tt := range []struct {
+		name  string
+		keys  int
+		count func(i int) int64
+	}{
+		{"zipf", 3000, func(i int) int64 { return max(10, int64(30000/(i+1))) }},
+		{"lognormal", 20_000, func(int) int64 { return max(1, int64(math.Exp(3+rng.NormFloat64()))) }},
+		{"bimodal", 20_000, func(int) int64 {
+			if rng.IntN(100) == 0 {
+				return 1000 + rng.Int64N(1000)
+			}
+			return 5 + rng.Int64N(20)
+		}},
+	} {
+		r := NewRate(time.Hour, Sizing{Keys: tt.keys})
+		counts := make([]int64, tt.keys)
+		var events []int32
+		for i := range counts {
+			counts[i] = tt.count(i)
+			for range counts[i] {
+				events = append(events, int32(i))
+			}
+		}
+		rng.Shuffle(len(events), func(i, j int) { events[i], events[j] = events[j], events[i] })
+		hashes := make([]uint64, tt.keys)
+		for i := range hashes {
+			hashes[i] = r.Hash(fmt.Appendf(nil, "key-%d", i))
+		}
+		top := make([]int64, tt.keys)
+		for _, i := range events {
+			top[i] = max(top[i], r.ObserveHash(hashes[i], 1))
+		}
+		sorted := slices.Clone(counts)
+		slices.Sort(sorted)
+		median := sorted[len(sorted)/2]
+		for _, m := range []int64{2, 5, 10} {
+			limit := m * median
+			within, refused := 0, 0
+			for i, c := range counts {
+				if top[i] < c {
+					t.Fatalf("%s: key %d estimated %d, below its %d events", tt.name, i, top[i], c)
+				}
+				if c <= limit {
+					within++
+					if top[i] > limit {
+						refused++
+					}
+				}
+			}
+			share := float64(refused) / float64(within)
+			t.Logf("%s, %d keys, L = %d: %d of %d keys within it refused", tt.name, tt.keys, limit, refused, within)
+			if share >= 0.001 {
+				t.Errorf("%s, %d keys, L = %d (%dx the median): %.3f%% of the keys within it refused, want under 0.1%%", tt.name, tt.keys, limit, m, 100*share)
 			}
 		}
 	}

@@ -6,13 +6,23 @@
 //	go run ./cmd/limits-accuracy                    # writes docs/ACCURACY.md, docs/accuracy.svg and docs/refusals.svg
 //	go run ./cmd/limits-accuracy -trials 1 -refusal-keys 10000 -md /tmp/a.md -svg /tmp/a.svg -refusal-svg /tmp/r.svg
 //
+// First it replays workloads of -exact-keys keys each (zipf, uniform,
+// bimodal and lognormal, below) into the default Rate, whose windows count
+// exactly first, and into the former default, count-min windows of a
+// conservative 4 x 4096 sketch in the same memory, as a limiter would see
+// them at limits of 2, 5 and 10 times the workload's median count, and
+// reports the share of keys within each limit refused and the share
+// counted exactly.
+//
 // Each workload is a window's worth of events over a number of distinct
 // keys, in a fixed shuffled order:
 //
 //   - zipf: key i gets max(10, floor(10*keys/(i+1))) events, 973,855 in all
 //     for 10,000 keys: a few keys take most of the traffic, as on the web;
 //   - uniform: every key gets the same share of as many events, to within
-//     one.
+//     one;
+//   - bimodal: 99% of the keys get 10 to 39 events, 1% 2,000 to 3,999;
+//   - lognormal: key counts exp(3.5 + 1.2 N(0, 1)), at least 1.
 //
 // The size sweep counts the workloads of -keys keys in fresh sketches of
 // every size (hashes x slots) and mode, -trials times with new random
@@ -68,6 +78,8 @@ type config struct {
 	limits      []int64 // limits per window
 	candidates  []size  // sizes whose refusals are measured, both modes
 
+	exactKeys []int // distinct keys of the workloads replayed into the default Rate and the former one
+
 	cost bool // time Observe on every candidate
 
 	md         string // path of the markdown report
@@ -85,6 +97,7 @@ func main() {
 	limitList := flag.String("limits", "100,1000", "comma-separated limits per window of the refusal measurement")
 	candidates := flag.String("candidates", "8x512,4x1024,2x2048,8x1024,4x2048,2x4096,8x2048,4x4096,2x8192",
 		"comma-separated hashes x slots whose refusals are measured, plain and conservative")
+	exactKeys := flag.String("exact-keys", "1000,10000,20000,50000,100000", "comma-separated distinct keys of the workloads replayed into the default Rate and the former default")
 	flag.BoolVar(&cfg.cost, "cost", true, "time Rate.Observe on every candidate, after the measurements")
 	flag.StringVar(&cfg.md, "md", "docs/ACCURACY.md", "path of the markdown report")
 	flag.StringVar(&cfg.svg, "svg", "docs/accuracy.svg", "path of the chart of over-counts against memory")
@@ -99,6 +112,7 @@ func main() {
 		{"-hashes", *hashes, &cfg.hashes},
 		{"-slots", *slots, &cfg.slots},
 		{"-refusal-keys", *refusalKeys, &cfg.refusalKeys},
+		{"-exact-keys", *exactKeys, &cfg.exactKeys},
 	} {
 		if *f.to, err = parseInts(f.list); err != nil {
 			fatal(fmt.Errorf("%s: %w", f.name, err))
@@ -202,8 +216,20 @@ func run(cfg config, out io.Writer) error {
 		return err
 	}
 
+	var exactLoadsAll []*workload
+	for _, k := range cfg.exactKeys {
+		exactLoadsAll = append(exactLoadsAll, exactLoads(k)...)
+	}
+	exactTrials := min(cfg.trials, 3)
+	exact, err := measureExact(exactLoadsAll, exactTrials)
+	if err != nil {
+		return err
+	}
+
 	var costs map[candidate][2]float64
+	var exactCosts [][2]float64
 	if cfg.cost {
+		exactCosts = timeExact()
 		var cands []candidate
 		for _, s := range cfg.candidates {
 			cands = append(cands, candidate{s, false}, candidate{s, true})
@@ -217,6 +243,7 @@ func run(cfg config, out io.Writer) error {
 		cfg: cfg, elapsed: time.Since(start),
 		sweepLoads: sweepLoads, sweep: sweep, checks: checks,
 		refusalLoads: refusalLoads, refusals: refusals, costs: costs,
+		exactLoads: exactLoadsAll, exact: exact, exactTrials: exactTrials, exactCosts: exactCosts,
 	}
 	for name, data := range map[string][]byte{
 		cfg.md:         rep.markdown(),

@@ -25,6 +25,7 @@ func tinyConfig(dir string) config {
 		refusalKeys: []int{300, 600},
 		limits:      []int64{10, 100},
 		candidates:  []size{{2, 64}, {1, 128}},
+		exactKeys:   []int{300},
 		md:          filepath.Join(dir, "out", "ACCURACY.md"),
 		svg:         filepath.Join(dir, "out", "accuracy.svg"),
 		refusalSVG:  filepath.Join(dir, "out", "refusals.svg"),
@@ -49,7 +50,9 @@ func TestRunTiny(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"## The default sketch of a Rate\n", "## False refusals\n", "## Over-count against memory\n", "## Sizing\n",
+		"## The default windows of a Rate\n", "| zipf | 300 | 20 | default (exact first) | 0% | 0% | 0% | 100.0% |",
+		"| lognormal | 300 |", "| bimodal | 300 |", "| uniform | 300 | 62 | former default (conservative 4 x 4096) |",
+		"## The sketch of count-min windows\n", "## False refusals\n", "## Over-count against memory\n", "## Sizing\n",
 		"### zipf, 300 keys\n", "### uniform, 600 keys\n", "### zipf\n", "### uniform\n",
 		"| 1 x 16 | 128 B |", "| 2 x 256 | 4 KiB |", "| 2 x 64 | 1 KiB | conservative |",
 		"| keys refused, L = 10 | keys refused, L = 100 |",
@@ -69,8 +72,9 @@ func TestRunTiny(t *testing.T) {
 	// Rows, headers and separators included: the workloads of the refusal
 	// measurement (2+4), four tables of its two candidates in two modes
 	// (4 x (2+4)), the sweep of two workloads of 2 x 3 sizes (2 x (2+6)),
-	// and 4 sizings per workload (2+8).
-	if got, want := strings.Count(string(md), "\n| "), (2+4)+4*(2+4)+2*(2+6)+(2+8); got != want {
+	// 4 sizings per workload (2+8), and the default Rate and the former
+	// one on four workloads of 300 keys (2+8).
+	if got, want := strings.Count(string(md), "\n| "), (2+4)+4*(2+4)+2*(2+6)+(2+8)+(2+8); got != want {
 		t.Errorf("report has %d table rows (headers included), want %d", got, want)
 	}
 
@@ -98,7 +102,7 @@ func TestRunDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	md := string(data)
-	i, j := strings.Index(md, "## The default sketch of a Rate"), strings.Index(md, "## False refusals")
+	i, j := strings.Index(md, "## The sketch of count-min windows"), strings.Index(md, "## False refusals")
 	if i < 0 || j < i {
 		t.Fatalf("report lacks the section on the default:\n%s", md)
 	}

@@ -219,17 +219,20 @@ func (p *Policy) remaining(ahead Time) int {
 // (At + ResetAfter of a Decision), the exact value lying in (charged-1ns,
 // charged].
 //
-// It takes off the part of the charge that still lies ahead of now (none
-// once the charge's time has passed), and never takes the TAT below where
-// the charge found it: the key is left owing no less than had the charge
-// never been made, whatever others did meanwhile, and exactly that much
-// when nothing came in between. A second refund of the same charge gives
-// back nothing more if nothing came in between; otherwise it may, so a
-// charge must be refunded once. When rounded, the result errs by less than a
-// nanosecond, and only towards owing more.
+// It takes off the part of the charge that still lies ahead of now, at
+// most n*T and none once charged has passed, and never takes the TAT below
+// now. So refunds are exact in any order: charges refunded once each,
+// after which no request kept was allowed, leave the key as it would be
+// had they never been made, whatever the order of the refunds (first in,
+// first out as well as last in, first out). A request kept that was
+// allowed before the refunds began is left charged, owing no less than
+// had the refunded ones never been made. One allowed between two refunds
+// may be credited up to what the refunds before it gave back, no more. A
+// charge must be refunded once: a second refund gives back another part.
+// When rounded, the result errs by less than a nanosecond, and only
+// towards owing more.
 func (p *Policy) Refund(cur, charged, now Time, n int, rounded bool) Time {
-	c := p.Cost(n)
-	low, floor := charged, p.Sub(charged, c)
+	low := charged
 	if rounded && p.Den > 1 {
 		low.NS--
 	}
@@ -237,12 +240,12 @@ func (p *Policy) Refund(cur, charged, now Time, n int, rounded bool) Time {
 	if !Positive(left) {
 		return cur
 	}
-	if Less(c, left) {
+	if c := p.Cost(n); Less(c, left) {
 		left = c
 	}
 	next := p.Sub(cur, left)
-	if Less(next, floor) {
-		next = floor
+	if Less(next, now) {
+		next = now
 	}
 	if Less(cur, next) {
 		return cur

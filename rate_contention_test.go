@@ -1,0 +1,161 @@
+package limits
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestRateNeverUnderCountsUnderContention has 8 goroutines observe 3 keys,
+// n from 1 to 3, on a 250us grid of a 1ms Rate, for a thousand windows.
+// Time stands still within each step of the grid, and the change of window
+// is made at the first step of each window, by the callers of that step;
+// events of that step may be counted in the window ending (the adjacent
+// one), those of the other steps are counted in their own. So an Observe
+// at a later step returns at least its own n plus the events of its key
+// completed at the window's later steps before it started, and, read
+// between the first two steps of window w, the key's counts in w and w-1
+// together are at least the events of w's first step plus those of the
+// later steps of w-1. A participant in a change of window that zeroed a
+// counter after the new window was published, once the counter had
+// climbed back to the value it read, could break both.
+func TestRateNeverUnderCountsUnderContention(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"plain 2x16", []Option{Sizing{Hashes: 2, Slots: 16}}},
+		{"plain 4x8", []Option{Sizing{Hashes: 4, Slots: 8}}},
+		{"conservative 2x16", []Option{Sizing{Hashes: 2, Slots: 16, Conservative: true}}},
+		{"default", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { underCountRun(t, NewRate(time.Millisecond, tc.opts...)) })
+		})
+	}
+}
+
+// underCountRun is TestRateNeverUnderCountsUnderContention for one Rate,
+// made in the test's bubble.
+func underCountRun(t *testing.T, r *Rate) {
+	const (
+		windows = 1000
+		keys    = 3
+		burst   = 2 // Observes per goroutine and step
+	)
+	names := [keys]string{"k0", "k1", "k2"}
+	// first[w%4][k] and later[w%4][k] count the events of key k completed
+	// in window w at its first step and at the later ones; a window's
+	// slots are reset, at its second step, for window w+2.
+	var first, later [4][keys]atomic.Int64
+	var bad atomic.Int64
+	fail := func(format string, args ...any) {
+		if bad.Add(1) <= 3 {
+			t.Errorf(format, args...)
+		}
+	}
+	var wg sync.WaitGroup
+	start := time.Now()
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
+	for g := range 8 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 19))
+			for s := range 4 * windows {
+				sleepTo(start, time.Duration(s)*250*time.Microsecond)
+				w, _ := r.position()
+				for range burst {
+					k := rng.IntN(keys)
+					n := 1 + rng.Int64N(3)
+					if s%4 == 0 {
+						r.Observe(names[k], n)
+						first[w%4][k].Add(n)
+						continue
+					}
+					before := later[w%4][k].Load()
+					if got := r.Observe(names[k], n); got < before+n {
+						fail("window %d: Observe(k%d, %d) = %d after %d events completed at its later steps", w, k, n, got, before)
+					}
+					later[w%4][k].Add(n)
+				}
+			}
+		})
+	}
+	// The checker runs between the first two steps of each window.
+	wg.Go(func() {
+		for w := range int64(windows) {
+			sleepTo(start, time.Duration(w)*time.Millisecond+100*time.Microsecond)
+			for k := range keys {
+				var c RateComponents
+				r.RateWith(names[k], func(rc RateComponents) float64 { c = rc; return 0 })
+				want := first[w%4][k].Load()
+				if w > 0 {
+					want += later[(w-1)%4][k].Load()
+				}
+				if c.Curr+c.Prev < want {
+					fail("window %d: k%d counts %d and %d in windows %d and %d, want at least %d together", w, k, c.Curr, c.Prev, w, w-1, want)
+				}
+				first[(w+2)%4][k].Store(0)
+				later[(w+2)%4][k].Store(0)
+			}
+		}
+	})
+	wg.Wait()
+	if n := bad.Load(); n > 0 {
+		t.Errorf("%d under-counts in %d windows", n, windows)
+	}
+}
+
+// TestRateLateZeroingAfterPublish plays the interleaving behind the
+// under-counts of TestRateNeverUnderCountsUnderContention: a caller taking
+// part in a change of window reads a chunk of counters, checks that the
+// change is still wanted, and stalls; another caller makes the change and
+// publishes the new window, whose events bring a counter back to the
+// value the first caller read; the first caller resumes. It must not zero
+// the live count.
+func TestRateLateZeroingAfterPublish(t *testing.T) {
+	for _, mode := range rateModes {
+		t.Run(mode.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := mode.new(time.Second, 1, 8) // one chunk
+				for range 5 {
+					r.Observe("a", 1) // window 0, Estimator 0: a's cell reads 5
+				}
+				time.Sleep(time.Second)
+				r.Observe("a", 1) // window 1
+				time.Sleep(time.Second)
+				stalled, resume := make(chan struct{}), make(chan struct{})
+				r.stall = func() {
+					r.stall = nil // only the first caller stalls
+					close(stalled)
+					<-resume
+				}
+				late := make(chan int64)
+				go func() { late <- r.Observe("b", 1) }() // starts the change to window 2, stalls
+				<-stalled
+				for i := range 5 {
+					got := r.Observe("a", 1)
+					if got < int64(i+1) {
+						t.Fatalf("window 2: Observe(a) = %d after %d events", got, i+1)
+					}
+				}
+				close(resume)
+				<-late
+				want := int64(5)
+				if r.cur.Load() != 2 {
+					t.Fatalf("window = %d after the change, want 2", r.cur.Load())
+				}
+				// Events observed while the change was held up may have been
+				// counted in window 1, the one ending; none may be lost.
+				var c RateComponents
+				r.RateWith("a", func(rc RateComponents) float64 { c = rc; return 0 })
+				if got := c.Curr + c.Prev - 1; got < want {
+					t.Errorf("after the late caller resumed: a counts %d in window 2 and %d in window 1 (1 before the change), %d events lost", c.Curr, c.Prev, want-got)
+				}
+			})
+		})
+	}
+}
