@@ -163,8 +163,8 @@ return reply(1, nxt)
 // The exact TAT after the charge lies in (charged - 1ns, charged] when den
 // is above 1, and is charged otherwise. The script takes off the part of
 // the charge still ahead of now, counted from the low end, at most n*T, and
-// never takes the TAT below charged - n*T, counted from the high end: the
-// key is left owing no less than had the charge never been made. An absent
+// never takes the TAT below now, so that refunds are exact in any order,
+// as gcra.Policy.Refund says. An absent
 // key is left absent. A TAT further ahead than D is first taken as now + D,
 // as in gcraScript. The key is stored again with its new expiry, or deleted
 // if it owes nothing.
@@ -187,12 +187,11 @@ if less(add(now, d), t) then t, changed = add(now, d), true end
 local charged = {tonumber(ARGV[2]), tonumber(ARGV[3]), 0}
 local low = charged
 if den > 1 then low = sub(charged, {0, 1, 0}) end
-local floor = sub(charged, cost)
 local left = sub(low, now)
 if less(zero, left) then
   if less(cost, left) then left = cost end
   local nxt = sub(t, left)
-  if less(nxt, floor) then nxt = floor end
+  if less(nxt, now) then nxt = now end
   if less(nxt, t) then t, changed = nxt, true end
 end
 if not changed then
