@@ -58,4 +58,22 @@ func TestCluster(t *testing.T) {
 	if nodes, keys := nodesWith(tagged); nodes != 1 || keys != 32 {
 		t.Errorf("with a hash tag: %d keys on %d nodes, want 32 on one", keys, nodes)
 	}
+
+	// Leases: each key's lease is one key's script, in that key's slot.
+	for _, opts := range [][]Option{nil, {WithHashTag()}} {
+		leased := must(New(c, 1000, time.Second, append([]Option{WithPrefix(freshPrefix()), WithLeases(16, 0)}, opts...)...))
+		for i := range 8 {
+			for range 20 {
+				if d, err := leased.Allow(ctx, fmt.Sprint("hot-", i)); err != nil || !d.Allowed {
+					t.Fatalf("lease mode: %+v, %v", d, err)
+				}
+			}
+		}
+		if s := leased.LeaseStats(); s.Leases < 8 || s.Spent < 8*16 {
+			t.Errorf("lease mode on a cluster: %+v, want a lease a key", s)
+		}
+		if n, err := leased.ReturnLeases(ctx); err != nil || n == 0 {
+			t.Errorf("ReturnLeases on a cluster: %d, %v", n, err)
+		}
+	}
 }

@@ -45,11 +45,16 @@
 // call is bounded by the caller's context and a timeout (DefaultTimeout,
 // 100ms), and Stats counts the failures. Redis may be down when New is
 // called and may go away and come back: calls fail by the policy meanwhile
-// and decide again once it answers. While Redis is unreachable each call may
-// take up to the timeout, until go-redis, after PoolSize failed dials in a
-// row, fails at once and probes Redis once a second; decisions then resume
-// within about a second of its return. The error says why the connection
-// failed when it is known, not only that the time ran out.
+// and decide again once it answers. While Redis is unreachable each call
+// fails within the timeout. With go-redis's default options it usually
+// takes about that long: go-redis retries a failed dial (DialerRetries, 5,
+// with pauses of 100ms) and a failed command (MaxRetries, 3, with pauses
+// of 8 to 512ms), and even once it fails dials at once, after PoolSize of
+// them failed in a row, the pauses between retries remain. With
+// MaxRetries: -1 and DialerRetries: 1 a refused connection fails the call
+// at once. The error says why the connection failed when it is known (the
+// dial's error), not only that the time ran out, and every error of a call
+// that ran out of time wraps context.DeadlineExceeded.
 //
 // A failed call may still have charged its key in Redis: a command that
 // reached Redis after its caller gave up still runs, and go-redis retries a
@@ -77,6 +82,16 @@
 //
 // A server clock that jumps ahead forgives debts too, and one that goes
 // back makes keys owe more, up to one full burst (see GCRA).
+//
+// # Leases
+//
+// WithLeases makes a key that is hot in a process cost a Redis call per
+// lease of up to slots decisions rather than per decision: the process
+// takes a run of the key's next emission slots in one script call and
+// spends them locally, each within the GCRA's tolerance of its own time,
+// so that the fleet's admissions still conform to the one GCRA. What it
+// costs is bounded under-admission, at most (P+1)*slots + burst/8 for P
+// processes at any moment; see WithLeases.
 //
 // # Redis Cluster
 //

@@ -126,3 +126,34 @@ func ExampleWithFallback() {
 	// false rate_limited 2 <nil>
 	// {Answered:0 Errors:3 Fallbacks:3 Refunds:0 RefundErrors:0}
 }
+
+func ExampleWithLeases() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	// 100 requests a second per key across the fleet; a key hot in this
+	// process is decided locally from leases of up to 16 slots.
+	perKey, err := redislimit.New(rdb, 100, time.Second,
+		redislimit.WithPrefix("example:leases:"), redislimit.WithLeases(16, 0))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	defer perKey.Reset(ctx, "key-123")
+	allowed := 0
+	for range 10 {
+		if d, err := perKey.Allow(ctx, "key-123"); err == nil && d.Allowed {
+			allowed++
+		}
+	}
+	s := perKey.LeaseStats()
+	// The first request is a call, as for a cold key; the second finds
+	// the key hot and leases 16 slots, which the next 8 requests spend
+	// without a call.
+	fmt.Printf("%d allowed, %d calls to Redis, %d slots leased, %d in hand\n", allowed, perKey.Stats().Answered, s.Slots, s.Held)
+	// Give the slots in hand back, as on shutdown.
+	n, err := perKey.ReturnLeases(ctx)
+	fmt.Println("returned:", n, err)
+	// Output:
+	// 10 allowed, 2 calls to Redis, 16 slots leased, 7 in hand
+	// returned: 7 <nil>
+}

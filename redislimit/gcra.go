@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -101,6 +103,7 @@ type GCRA struct {
 	peekArgs   []any        // for a look at a cost of 1
 	lookArgs   []any        // for a look at a cost of 0
 	statistics counters     // what Stats reports
+	leases     *leaseTable  // the lease mode's table, or nil without WithLeases
 }
 
 var _ limits.Limiter = (*GCRA)(nil)
@@ -148,6 +151,9 @@ type options struct {
 	policy   ErrorPolicy
 	fallback *limits.GCRA
 	onError  func(error)
+
+	leases                bool
+	leaseSlots, leaseKeys int
 }
 
 // WithBurst sets how many unit requests a key may make at once, as
@@ -246,6 +252,10 @@ func New(client redis.UniversalClient, limit int, period time.Duration, opts ...
 		return nil, fmt.Errorf("redislimit: a hash tag needs a non-empty prefix without braces, got %q", o.prefix)
 	case o.policy > fallback:
 		return nil, fmt.Errorf("redislimit: unknown failure policy %d", o.policy)
+	case o.leases && (o.leaseSlots < 2 || o.leaseSlots > MaxLeaseSlots):
+		return nil, fmt.Errorf("redislimit: a lease must be of 2 to %d slots, got %d", MaxLeaseSlots, o.leaseSlots)
+	case o.leases && o.leaseKeys < 0:
+		return nil, fmt.Errorf("redislimit: the lease table must hold >= 0 keys, got %d", o.leaseKeys)
 	}
 	if o.hashTag {
 		o.prefix = "{" + o.prefix + "}"
@@ -268,6 +278,13 @@ func New(client redis.UniversalClient, limit int, period time.Duration, opts ...
 	g.unitArgs = g.args(1, true)
 	g.peekArgs = g.args(1, false)
 	g.lookArgs = g.args(0, false)
+	if o.leases {
+		keys := o.leaseKeys
+		if keys == 0 {
+			keys = DefaultLeaseKeys
+		}
+		g.leases = newLeaseTable(&g.p, o.leaseSlots, keys, func() int64 { return int64(time.Since(g.base)) }, redisLeases{g})
+	}
 	return g, nil
 }
 
@@ -329,18 +346,47 @@ func (g *GCRA) Allow(ctx context.Context, key string) (limits.Decision, error) {
 // the server's time, which is its At, and the error is nil. When it does
 // not, the failure policy decides (see FailClosed, FailOpen and WithFallback):
 // only FailClosed returns an error, wrapping ErrUnavailable and the cause.
+//
+// In lease mode (WithLeases), a request for a key that is hot in this
+// process is decided from the slots in hand, without a call, as
+// WithLeases describes.
 func (g *GCRA) AllowN(ctx context.Context, key string, n int) (limits.Decision, error) {
+	if g.leases != nil {
+		if n >= 1 && n <= g.p.Burst {
+			return g.leases.take(ctx, key, n)
+		}
+		if d, ok := g.leases.look(key, n, costReason(n, g.p.Burst)); ok {
+			return d, nil
+		}
+	}
 	return g.decide(ctx, key, n, true)
+}
+
+// costReason returns the refusal a request of cost n gets whatever the
+// key's state, or ReasonAllowed.
+func costReason(n, burst int) limits.Reason {
+	switch {
+	case n < 0:
+		return limits.ReasonInvalidCost
+	case n > burst:
+		return limits.ReasonCostAboveBurst
+	}
+	return limits.ReasonAllowed
 }
 
 // Take is AllowN, for the limits.Limiter interface.
 func (g *GCRA) Take(ctx context.Context, key string, n int) (limits.Decision, error) {
-	return g.decide(ctx, key, n, true)
+	return g.AllowN(ctx, key, n)
 }
 
 // Peek reports what Allow would decide for key now, without charging
 // anything. The failure policies apply as for AllowN.
 func (g *GCRA) Peek(ctx context.Context, key string) (limits.Decision, error) {
+	if g.leases != nil {
+		if d, ok := g.leases.look(key, 1, limits.ReasonAllowed); ok {
+			return d, nil
+		}
+	}
 	return g.decide(ctx, key, 1, false)
 }
 
@@ -385,6 +431,15 @@ func (g *GCRA) Refund(ctx context.Context, key string, d limits.Decision) error 
 			return g.fallback.Refund(ctx, key, d)
 		}
 		return nil
+	}
+	if g.leases != nil {
+		if g.leases.refund(key, d) {
+			return nil
+		}
+		// Made by Redis: given back only if nothing was charged since.
+		top := gcra.Time{NS: d.At.UnixNano() + int64(max(d.ResetAfter, 0))}
+		_, err := redisLeases{g}.giveBack(ctx, key, top, d.Cost, true)
+		return err
 	}
 	// The key's TAT just after the charge, rounded up to the nanosecond,
 	// in seconds and nanoseconds since the Unix epoch.
@@ -527,11 +582,11 @@ func (g *GCRA) call(ctx context.Context, s *redis.Script, rkey string, args []an
 		g.offset.Store(r.now.UnixNano() - int64(time.Since(g.base)))
 		return r, nil
 	}
-	if ctx.Err() != nil {
-		if !errors.Is(err, ctx.Err()) {
+	if cause := ended(ctx, err); cause != nil {
+		if !errors.Is(err, cause) {
 			// A socket deadline set from the context reports an i/o
 			// timeout: say which deadline it was.
-			err = fmt.Errorf("%w: %w", ctx.Err(), err)
+			err = fmt.Errorf("%w: %w", cause, err)
 		}
 		if dial := g.dials.since(start); dial != nil {
 			// The time went on connecting: say why that failed.
@@ -542,6 +597,24 @@ func (g *GCRA) call(ctx context.Context, s *redis.Script, rkey string, args []an
 	}
 	g.statistics.fail(err, false)
 	return r, err
+}
+
+// ended returns why ctx ended, if the call that failed with err ran out of
+// ctx's time: ctx.Err(), or context.DeadlineExceeded for a timeout at or
+// past ctx's deadline while ctx.Err() is still nil, as when the socket's
+// deadline, taken from ctx's, fires before ctx's own timer. It returns nil
+// for a call that failed for another reason before its time was up.
+func ended(ctx context.Context, err error) error {
+	if e := ctx.Err(); e != nil {
+		return e
+	}
+	var ne net.Error
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+			return context.DeadlineExceeded
+		}
+	}
+	return nil
 }
 
 // callAsync runs a script on its own goroutine and waits for it no longer

@@ -163,8 +163,8 @@ return reply(1, nxt)
 // The exact TAT after the charge lies in (charged - 1ns, charged] when den
 // is above 1, and is charged otherwise. The script takes off the part of
 // the charge still ahead of now, counted from the low end, at most n*T, and
-// never takes the TAT below charged - n*T, counted from the high end: the
-// key is left owing no less than had the charge never been made. An absent
+// never takes the TAT below now, so that refunds are exact in any order,
+// as gcra.Policy.Refund says. An absent
 // key is left absent. A TAT further ahead than D is first taken as now + D,
 // as in gcraScript. The key is stored again with its new expiry, or deleted
 // if it owes nothing.
@@ -187,12 +187,11 @@ if less(add(now, d), t) then t, changed = add(now, d), true end
 local charged = {tonumber(ARGV[2]), tonumber(ARGV[3]), 0}
 local low = charged
 if den > 1 then low = sub(charged, {0, 1, 0}) end
-local floor = sub(charged, cost)
 local left = sub(low, now)
 if less(zero, left) then
   if less(cost, left) then left = cost end
   local nxt = sub(t, left)
-  if less(nxt, floor) then nxt = floor end
+  if less(nxt, now) then nxt = now end
   if less(nxt, t) then t, changed = nxt, true end
 end
 if not changed then
@@ -256,3 +255,104 @@ func eval(ctx context.Context, c redis.Scripter, s *redis.Script, keys []string,
 func timeArgs(args []any, t gcra.Time) []any {
 	return append(args, strconv.FormatInt(t.NS/1e9, 10), strconv.FormatInt(t.NS%1e9, 10), strconv.FormatUint(t.Frac, 10))
 }
+
+// leaseLua leases up to want of the next emission slots of the key KEYS[1]:
+// as many as the key could admit at once, k with ahead + k*T <= D, at most
+// want, charged as k unit requests arriving together would be: TAT becomes
+// now + ahead + k*T, with ahead as in gcraScript (0 for a key that owes
+// nothing, D for one further ahead, which is repaired), but no less than
+// skip: the slots of a key whose TAT runs less than skip ahead of now
+// start at now + skip, so that they have not passed by the time the reply
+// reaches the process (skip is its round trip), and the time between is
+// charged too, as if spent, at a key with more than skip of room to spare.
+//
+// Arguments: ARGV[1] is den; ARGV[2] to ARGV[4] T; ARGV[5] to ARGV[7] D;
+// ARGV[8] want, 1 to MaxLeaseSlots; ARGV[9] to ARGV[11] skip, less than
+// D - T.
+//
+// k*T is computed exactly: k is at most 2^16, so k times the units of T
+// (below 2^32) stays below 2^48, and k times its nanoseconds below 2^46.
+// floor((D - ahead)/T) is first estimated in doubles, then corrected with
+// exact comparisons.
+//
+// It returns six integers, as gcraScript does: k (0 if the key had no
+// room), ahead before the lease, in seconds, nanoseconds and units, and now.
+const leaseLua = scriptLib + `
+local t_, d, skip = arg(2), arg(5), arg(9)
+local want = tonumber(ARGV[8])
+local t, err = load()
+if err then return err end
+local ahead, repair = zero, false
+if t then
+  ahead = sub(t, now)
+  if not less(zero, ahead) then
+    ahead = zero
+  elseif less(d, ahead) then
+    ahead, repair = d, true
+  end
+end
+if less(ahead, skip) then ahead, repair = skip, false end
+local function mul(k)
+  local f = k * t_[3]
+  local q = math.floor(f / den)
+  local r = f - q * den
+  if r < 0 then q, r = q - 1, r + den elseif r >= den then q, r = q + 1, r - den end
+  local ns = k * t_[2] + q
+  local s = math.floor(ns / 1e9)
+  ns = ns - s * 1e9
+  if ns < 0 then s, ns = s - 1, ns + 1e9 elseif ns >= 1e9 then s, ns = s + 1, ns - 1e9 end
+  return {k * t_[1] + s, ns, r}
+end
+local room = sub(d, ahead)
+local k = math.floor((room[1] * 1e9 + room[2] + room[3] / den) / (t_[1] * 1e9 + t_[2] + t_[3] / den))
+if k > want then k = want end
+if k < 0 then k = 0 end
+while k > 0 and less(room, mul(k)) do k = k - 1 end
+if k < want and not less(room, mul(k + 1)) then k = k + 1 end
+if k == 0 then
+  if repair then store(add(now, ahead)) end
+  return reply(0, ahead)
+end
+store(add(add(now, ahead), mul(k)))
+return reply(k, ahead)
+`
+
+// giveBackLua takes n*T off the TAT of the key KEYS[1] if, and only if,
+// the TAT is top: nothing was charged for the key after the charge or the
+// lease that left it at top, so that taking it off is as if that charge
+// had never been made, with no slot leased since given out twice.
+//
+// Arguments: ARGV[1] is den; ARGV[2] to ARGV[4] top, since the Unix epoch;
+// ARGV[5] to ARGV[7] n*T; ARGV[8] "1" if top is only known to the
+// nanosecond above (the TAT then matches when in (top - 1ns, top]), "0"
+// if exactly.
+//
+// It returns six integers, as gcraScript does: 1 if it took the charge
+// off (storing the key again, or deleting it if it then owes nothing), 0
+// if not; three zeros; and now.
+const giveBackLua = scriptLib + `
+local top, cost = arg(2), arg(5)
+local t, err = load()
+if err then return err end
+if not t then return reply(0, zero) end
+local match = not less(top, t)
+if ARGV[8] == '1' then
+  match = match and less(sub(top, {0, 1, 0}), t)
+else
+  match = match and not less(t, top)
+end
+if not match then return reply(0, zero) end
+local nxt = sub(t, cost)
+if less(now, nxt) then
+  store(nxt)
+  return reply(1, zero)
+end
+redis.call('DEL', KEYS[1])
+return reply(1, zero)
+`
+
+// The lease mode's scripts, with their SHA-1.
+var (
+	leaseScript    = redis.NewScript(leaseLua)
+	giveBackScript = redis.NewScript(giveBackLua)
+)

@@ -3,7 +3,11 @@ package redisbench
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,14 +36,27 @@ var keys = func() []string {
 // allowed.
 type allowFunc func(ctx context.Context, key string) (bool, error)
 
-// limiters returns the contenders, all on client c.
-func limiters(c redis.UniversalClient) []struct {
+// limiters returns the contenders, all on client c, for limit a second in
+// bursts of burst: redislimit in lease mode, redislimit with one call per
+// decision, and redis_rate.
+func limiters(c redis.UniversalClient, limit, burst int) []struct {
 	name  string
 	allow allowFunc
 } {
-	ours, err := redislimit.New(c, limit, period, redislimit.WithBurst(burst), redislimit.WithTimeout(time.Second))
+	// A fresh key space for each set: redis_rate's keys have a fixed
+	// prefix.
+	if err := c.FlushAll(context.Background()).Err(); err != nil {
+		panic(err)
+	}
+	prefix := fmt.Sprintf("bench%d:", prefixes.Add(1))
+	ours, err := redislimit.New(c, limit, period, redislimit.WithBurst(burst), redislimit.WithTimeout(time.Second), redislimit.WithPrefix(prefix))
 	if err != nil {
 		panic(err) // the configuration is constant and valid
+	}
+	leased, err := redislimit.New(c, limit, period, redislimit.WithBurst(burst), redislimit.WithTimeout(time.Second),
+		redislimit.WithPrefix(prefix+"leases:"), redislimit.WithLeases(min(hotSlots, burst), 0))
+	if err != nil {
+		panic(err)
 	}
 	peer := redis_rate.NewLimiter(c)
 	peerLimit := redis_rate.Limit{Rate: limit, Burst: burst, Period: period}
@@ -47,6 +64,10 @@ func limiters(c redis.UniversalClient) []struct {
 		name  string
 		allow allowFunc
 	}{
+		{"redislimit_leases", func(ctx context.Context, key string) (bool, error) {
+			d, err := leased.Allow(ctx, key)
+			return d.Allowed, err
+		}},
 		{"redislimit", func(ctx context.Context, key string) (bool, error) {
 			d, err := ours.Allow(ctx, key)
 			return d.Allowed, err
@@ -61,11 +82,15 @@ func limiters(c redis.UniversalClient) []struct {
 	}
 }
 
+var prefixes atomic.Int64
+
 // BenchmarkRedis measures decisions per second (1e9 / ns/op) and their
-// latency, p50 and p99, of redislimit and of github.com/go-redis/redis_rate
-// on one local redis-server, from one goroutine and from 16, with a client
-// that bounds socket I/O by the context (as redislimit advises) and with
-// go-redis's default client. Every request is allowed and so writes.
+// latency, p50 and p99, of redislimit, of redislimit in lease mode and of
+// github.com/go-redis/redis_rate on one local redis-server, for cold keys
+// (1,024 keys in turn, each far below its limit, so that every decision is
+// a call, even in lease mode), from one goroutine and from 16, with a
+// client that bounds socket I/O by the context (as redislimit advises) and
+// with go-redis's default client. Every request is allowed and so writes.
 func BenchmarkRedis(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, contextTimeout := range []bool{true, false} {
@@ -74,76 +99,149 @@ func BenchmarkRedis(b *testing.B) {
 		if contextTimeout {
 			client = "context_client"
 		}
-		for _, l := range limiters(c) {
-			b.Run(fmt.Sprintf("%s/%s/serial", l.name, client), func(b *testing.B) { serial(b, l.allow) })
-			b.Run(fmt.Sprintf("%s/%s/parallel16", l.name, client), func(b *testing.B) { parallel(b, 8, l.allow) })
+		for _, l := range limiters(c, limit, burst) {
+			b.Run(fmt.Sprintf("%s/%s/serial", l.name, client), func(b *testing.B) {
+				measure(b, c, 1, func(_, i int) string { return keys[i%nkeys] }, l.allow, true)
+			})
+			b.Run(fmt.Sprintf("%s/%s/parallel16", l.name, client), func(b *testing.B) {
+				measure(b, c, 16, func(w, i int) string { return keys[(w*131+i*7)%nkeys] }, l.allow, true)
+			})
 		}
 		c.Close()
 	}
 }
 
-func serial(b *testing.B, allow allowFunc) {
-	ctx := context.Background()
-	var h histogram
-	denied := 0
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		start := time.Now()
-		ok, err := allow(ctx, keys[i%nkeys])
-		h.add(time.Since(start))
+// Hot keys: the limits of BenchmarkRedisHot.
+const (
+	hotLimit  = 10_000_000 // per second and key, above what one process asks: every request allowed
+	hotBurst  = 1_000_000  // a burst of 100ms
+	hotSlots  = 256        // the most slots of a lease
+	overLimit = 100_000    // a key far over its limit: most requests refused
+	overBurst = 1000
+)
+
+// BenchmarkRedisHot measures hot keys: one key from one goroutine, and 100
+// keys over 8 goroutines, each key within its limit (every request
+// allowed) or far over it (most refused), for redislimit in lease mode,
+// redislimit with one call per decision and redis_rate, on one
+// redis-server and one client that bounds I/O by the context. Besides
+// ns/op (decisions/s = 1e9 / ns/op) and the latency percentiles it reports
+// the Redis script calls per 1,000 decisions, counted by the server (INFO
+// commandstats), and the share of requests allowed.
+func BenchmarkRedisHot(b *testing.B) {
+	srv := redistest.Start(b)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	defer c.Close()
+	hot := make([]string, 100)
+	for i := range hot {
+		hot[i] = fmt.Sprintf("hot-%03d", i)
+	}
+	for _, lim := range []struct {
+		name         string
+		limit, burst int
+	}{{"within", hotLimit, hotBurst}, {"over", overLimit, overBurst}} {
+		for _, l := range limiters(c, lim.limit, lim.burst) {
+			b.Run(fmt.Sprintf("%s/%s/1key", l.name, lim.name), func(b *testing.B) {
+				measure(b, c, 1, func(_, _ int) string { return "hot" }, l.allow, false)
+			})
+			b.Run(fmt.Sprintf("%s/%s/100keys_8goroutines", l.name, lim.name), func(b *testing.B) {
+				measure(b, c, 8, func(w, i int) string { return hot[(w*13+i)%len(hot)] }, l.allow, false)
+			})
+		}
+	}
+}
+
+// scriptCalls returns the scripts Redis has run, by INFO commandstats.
+func scriptCalls(b *testing.B, c *redis.Client) int64 {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	for line := range strings.Lines(info) {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok || !strings.HasPrefix(name, "cmdstat_eval") {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		v, err := strconv.ParseInt(calls, 10, 64)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if !ok {
-			denied++
-		}
-		i++
+		n += v
 	}
-	h.report(b)
-	if denied > 0 {
-		b.Fatalf("%d requests denied: the benchmark should measure allowed requests", denied)
-	}
+	return n
 }
 
-// parallel runs allow from perCPU*GOMAXPROCS goroutines.
-func parallel(b *testing.B, perCPU int, allow allowFunc) {
+// measure runs allow from workers goroutines (one: the benchmark's own)
+// for b.N decisions in all, with key(worker, i) the key of a worker's i-th
+// decision, and reports the latency of one decision in 8, the script
+// calls per 1,000 decisions and the share allowed. With allAllowed, a
+// refusal fails the benchmark.
+func measure(b *testing.B, c *redis.Client, workers int, key func(worker, i int) string, allow allowFunc, allAllowed bool) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	var total histogram
-	denied := 0
+	var allowed, decided int64
+	calls := scriptCalls(b, c)
 	b.ReportAllocs()
-	b.SetParallelism(perCPU)
-	b.RunParallel(func(pb *testing.PB) {
+	run := func(w int, next func() bool) {
 		var h histogram
-		no := 0
-		i := 0
-		for pb.Next() {
-			start := time.Now()
-			ok, err := allow(ctx, keys[i%nkeys])
-			h.add(time.Since(start))
-			if err != nil {
-				b.Error(err)
-				return
+		var yes, n int64
+		for i := 0; next(); i++ {
+			k := key(w, i)
+			if i%8 == 0 {
+				start := time.Now()
+				ok, err := allow(ctx, k)
+				h.add(time.Since(start))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if ok {
+					yes++
+				}
+			} else {
+				ok, err := allow(ctx, k)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if ok {
+					yes++
+				}
 			}
-			if !ok {
-				no++
-			}
-			i += 7
+			n++
 		}
 		mu.Lock()
 		total.merge(&h)
-		denied += no
+		allowed += yes
+		decided += n
 		mu.Unlock()
-	})
+	}
+	if workers == 1 {
+		run(0, b.Loop)
+	} else {
+		var worker atomic.Int64
+		b.SetParallelism(max(workers/runtime.GOMAXPROCS(0), 1))
+		b.RunParallel(func(pb *testing.PB) { run(int(worker.Add(1)), pb.Next) })
+	}
+	b.StopTimer()
+	calls = scriptCalls(b, c) - calls - 1 // INFO itself is not a script
 	total.report(b)
-	if denied > 0 {
-		b.Fatalf("%d requests denied: the benchmark should measure allowed requests", denied)
+	if decided > 0 {
+		b.ReportMetric(1000*float64(calls)/float64(decided), "calls/1000")
+		b.ReportMetric(float64(allowed)/float64(decided), "allowed/op")
+	}
+	if allAllowed && allowed < decided {
+		b.Fatalf("%d requests denied: the benchmark should measure allowed requests", decided-allowed)
 	}
 }
 
-// histogram counts latencies in microsecond bins up to 20ms.
+// histogram counts latencies in bins of 10ns below 1µs and of 1µs up to
+// 20ms.
 type histogram struct {
+	fine [100]uint64
 	bins [20_000]uint64
 	over uint64
 	n    uint64
@@ -151,14 +249,20 @@ type histogram struct {
 
 func (h *histogram) add(d time.Duration) {
 	h.n++
-	if us := d.Microseconds(); us < int64(len(h.bins)) {
+	switch us := d.Microseconds(); {
+	case us == 0:
+		h.fine[d/10]++
+	case us < int64(len(h.bins)):
 		h.bins[us]++
-	} else {
+	default:
 		h.over++
 	}
 }
 
 func (h *histogram) merge(o *histogram) {
+	for i, c := range o.fine {
+		h.fine[i] += c
+	}
 	for i, c := range o.bins {
 		h.bins[i] += c
 	}
@@ -171,10 +275,16 @@ func (h *histogram) merge(o *histogram) {
 func (h *histogram) quantile(q float64) float64 {
 	rank := uint64(q * float64(h.n))
 	var seen uint64
-	for i, c := range h.bins {
+	for i, c := range h.fine {
 		seen += c
 		if seen > rank {
-			return float64(i + 1)
+			return float64(i+1) / 100
+		}
+	}
+	for i, c := range h.bins[1:] {
+		seen += c
+		if seen > rank {
+			return float64(i + 2)
 		}
 	}
 	return -1

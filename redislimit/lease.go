@@ -1,0 +1,679 @@
+package redislimit
+
+// This file holds the lease mode (WithLeases): a process takes a run of a
+// hot key's next emission slots from Redis in one script call and spends
+// them locally, each within the GCRA's tolerance of its own time.
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/internal/gcra"
+)
+
+// DefaultLeaseKeys is the size of the lease table, the most keys a GCRA in
+// lease mode keeps local state for, unless WithLeases says otherwise.
+const DefaultLeaseKeys = 4096
+
+// MaxLeaseSlots is the most slots WithLeases accepts for one lease.
+const MaxLeaseSlots = 1 << 16
+
+// leaseShards is the number of independently locked parts of the lease
+// table.
+const leaseShards = 64
+
+// sweepProbes bounds the entries a full lease table looks at to make room
+// for a new key, so that no call pays for work proportional to the table.
+const sweepProbes = 8
+
+// WithLeases turns on the lease mode, in which a process decides a key
+// that is hot in it locally, from a run of the key's emission slots
+// leased from Redis, rather than in one Redis call per decision.
+//
+// A lease is one script call that advances the key's TAT by k emission
+// intervals, exactly as k requests arriving at once would, and hands the
+// process the k slots so taken: slot i of a lease whose run starts at B
+// (the key's TAT, or now if later) has the time B + i*T on the Redis
+// server's clock. The script grants only slots the key could admit at once
+// (its TAT then at most burst*T ahead of now), so each slot may be spent
+// from the moment the lease is made; the process spends it at the latest
+// at its own time, and drops it unspent after. So every admission, local
+// or by Redis, takes a slot of its own, no earlier than the slot's time
+// less burst*T and no later than the slot's time, and the fleet's
+// admissions conform to the one GCRA: in any interval of length d at most
+// burst + d/T (+1 at the edges), whichever processes make them. The
+// process reckons a slot's deadline on its own monotonic clock, from the
+// moment it sent the lease call, less a microsecond for the resolution of
+// TIME, so that it errs early; the clocks of different processes never
+// meet.
+//
+// A key is hot in a process when that process saw at least two requests
+// for it in a burst time D = burst*T, measured between its Redis calls for
+// the key: with u the mean interval between them, a lease asks for
+// floor(D/u) slots, at most slots (and at most the burst). A key seen less
+// often is cold: each decision is one call, as without leases, and its
+// Decision is Redis's. A request of cost n is spent from the slots in hand
+// when there are n; otherwise it is a call of its own.
+//
+// At a key whose TAT runs less far ahead than the process needs (a key
+// with room to spare), the run starts later than the TAT: far enough ahead
+// for the first slot to be still to come when the reply arrives (two round
+// trips) and for the run to last as long as the process takes to spend it
+// at its pace u, up to an eighth of the burst ahead. The time skipped is
+// charged as if spent, and since nothing is skipped at a key whose TAT
+// runs that far ahead, skips hold at most an eighth of the burst's room
+// at any moment: room, not rate. A saturated key's TAT runs further
+// ahead than that: nothing is skipped there.
+//
+// When the slots in hand are spent and Redis had no room, the process
+// refuses locally, with Reason limits.ReasonRateLimited, until the key
+// has room, by the latest lease's reply, for the request or, if more, for
+// as many slots as the key's rate brings in four round trips (at most a
+// lease): RetryAfter is that time. So a saturated key costs a process at
+// most about one call every four round trips, and the process's burst is
+// smaller by up to that many slots, never its rate.
+//
+// The cost is under-admission. At any moment the fleet's P processes hold
+// at most P*slots slots unspent, and may leave less than a lease of room
+// untaken while they wait for enough to be worth a call, and skips hold
+// at most an eighth of the burst: only these can make the fleet refuse a
+// request that one GCRA would have allowed, as a GCRA whose burst is
+// smaller by at most (P+1)*slots + burst/8 would. Slots are lost
+// for good when they expire unspent: a lease of floor(D/u) slots at a
+// steady local rate 1/u is spent before its slots' times whenever the key
+// is saturated (its TAT within a lease of its burst), so a saturated key
+// loses slots only when a process's requests slow down or a reply comes
+// later than the slots' times: at most its lease, each time. Slots
+// expiring at a key with room to spare cost nobody anything. LeaseStats
+// counts the slots spent, expired and in hand. A crashed process loses its
+// slots in hand, which expire with their times, within burst*T;
+// ReturnLeases gives them back on an orderly shutdown.
+//
+// Decisions made from a lease are the process's: Allowed, the GCRA's
+// Limit, Period and Burst, the Cost, At the server's time as the process
+// reckons it (never ahead of the server), Remaining and ResetAfter as a
+// GCRA whose state were the process's lease, with the slots spent charged
+// and those in hand not (what Redis would say were this process alone).
+// Peek and requests
+// of cost 0, below 0 or above the burst are answered so too, without a
+// call, for a key the process holds a lease of. Refund gives a lease's
+// decision back to the hand while its slots' time has not passed; a
+// decision Redis made is given back in Redis only if nothing was charged
+// for the key after it (the key's TAT is where the charge left it), as a
+// refund that lowered a TAT under slots leased since could let their
+// holders overrun the limit; otherwise the charge stays, towards owing
+// more. So refunds are exact in any order for a lease's decisions, and
+// last in, first out for Redis's.
+//
+// When Redis is down or does not answer, decisions from the slots in hand
+// go on until they are spent or expire (within burst*T); after that each
+// decision is a call, and the failure policy applies when it fails, within
+// the timeout. Goroutines waiting for a lease another one asked for share
+// its failure, and wait no longer than their context allows. A flush or a
+// restart of Redis forgives debts as without leases, and lets the slots in
+// hand be spent too: at most burst + P*slots at once, once.
+//
+// The lease table keeps local state for at most keys keys (DefaultLeaseKeys
+// if keys is 0), about 200 bytes each with the key: keys whose slots are
+// spent or expired and that saw no request for D are dropped to make room,
+// looking at a few entries per new key; when those are all in use, a new
+// key is decided by a call per decision, as a cold key.
+//
+// New returns an error if slots is below 2 or above MaxLeaseSlots, or keys
+// is negative.
+func WithLeases(slots, keys int) Option {
+	return func(o *options) { o.leaseSlots, o.leaseKeys, o.leases = slots, keys, true }
+}
+
+// LeaseStats is a snapshot of a GCRA's lease counters, from 0 when the
+// GCRA was made; all are 0 without WithLeases. The slots leased equal
+// those spent, expired, returned and in hand.
+type LeaseStats struct {
+	// Leases counts the lease calls Redis answered with at least one slot.
+	Leases uint64
+	// Slots counts the slots those leases granted.
+	Slots uint64
+	// Spent counts the slots spent by decisions made from the slots in
+	// hand (a request of cost n spends n; a refund puts them back).
+	Spent uint64
+	// Expired counts the slots dropped unspent when their time passed:
+	// the under-admission.
+	Expired uint64
+	// Returned counts the slots given back to Redis by ReturnLeases, or
+	// dropped by it when Redis had charged the key since.
+	Returned uint64
+	// Local counts the decisions made without a call: from the slots in
+	// hand, and the refusals while Redis had granted none.
+	Local uint64
+	// Held is the number of slots in hand now.
+	Held uint64
+}
+
+// leaseStats are the counters behind LeaseStats.
+type leaseStats struct {
+	leases, slots, spent, expired, returned, local atomic.Uint64
+	unspent                                        atomic.Int64 // slots in hand
+}
+
+// leaseReply is what Redis answered to a lease call.
+type leaseReply struct {
+	k     int       // slots granted; 0 if the key had no room
+	ahead gcra.Time // the key's TAT (or now, if later) minus now, before the lease
+	now   int64     // the server's time, in ns since the Unix epoch
+}
+
+// leaseBackend is what the lease table asks of Redis: a GCRA, or a model
+// of one in tests.
+type leaseBackend interface {
+	// decide is AllowN: one call, charged.
+	decide(ctx context.Context, key string, n int) (limits.Decision, error)
+	// lease asks for up to want slots of key, starting no sooner than
+	// skip from now.
+	lease(ctx context.Context, key string, want int, skip int64) (leaseReply, error)
+	// giveBack takes n*T off key's TAT if it is top (rounded: within
+	// (top-1ns, top]), and reports whether it did.
+	giveBack(ctx context.Context, key string, top gcra.Time, n int, rounded bool) (bool, error)
+	// failed applies the failure policy to a charged request of cost n
+	// whose call failed with err.
+	failed(key string, n int, err error) (limits.Decision, error)
+}
+
+// leaseTable holds the runs of slots a process holds, per key.
+type leaseTable struct {
+	p       *gcra.Policy
+	slots   int   // the most slots per lease
+	keys    int   // the most entries
+	dNS     int64 // D in whole ns, rounded down
+	maxSkip int64 // the most a lease's last slot is placed ahead of now by a skip, D/8
+	clock   func() int64
+	b       leaseBackend
+	seed    maphash.Seed
+	count   atomic.Int64 // entries
+	rtt     atomic.Int64 // how long calls take, in ns: a moving average, quicker to rise than to fall
+	stats   leaseStats
+	shards  [leaseShards]leaseShard
+}
+
+type leaseShard struct {
+	mu sync.Mutex
+	m  map[string]*leaseEntry
+	_  [40]byte // keeps shards on their own cache lines
+}
+
+// leaseEntry is the local state of one key: its run of slots, the
+// refusal Redis last gave, and its measured rate. Its fields are guarded
+// by its shard's lock.
+type leaseEntry struct {
+	// The run: slot i, 1 <= i <= end, is at base + i*T on the server's
+	// clock; slots next..end are in hand, the ones before spent or
+	// expired.
+	base      gcra.Time // the key's TAT or the server's now if later, before the lease, in ns since the epoch
+	ahead     gcra.Time // base minus the server's now at the lease
+	next, end int
+	sent      int64 // the local clock when the lease call was sent
+	recv      int64 // the local clock when its reply came
+	srvNow    int64 // the server's clock at the lease, in ns since the epoch
+	// The rate: count requests since the local time since, when the
+	// latest call for the key was made; measured is false before it.
+	since    int64
+	count    int64
+	measured bool
+	used     int64      // the local clock at the latest request
+	fetch    *leaseCall // the lease call in flight, or nil
+}
+
+// leaseCall is a lease call in flight, that other requests for its key
+// wait for.
+type leaseCall struct {
+	done chan struct{} // closed when the call has ended
+	err  error         // its error, set before done is closed
+}
+
+func newLeaseTable(p *gcra.Policy, slots, keys int, clock func() int64, b leaseBackend) *leaseTable {
+	t := &leaseTable{p: p, slots: min(slots, p.Burst), keys: keys, dNS: p.D.NS, maxSkip: p.D.NS / 8, clock: clock, b: b, seed: maphash.MakeSeed()}
+	for i := range t.shards {
+		t.shards[i].m = make(map[string]*leaseEntry)
+	}
+	return t
+}
+
+// deadline returns the last local time at which slot i of e may be spent.
+func (t *leaseTable) deadline(e *leaseEntry, i int) int64 {
+	return e.sent + t.p.Add(e.ahead, t.p.Cost(i)).NS - int64(time.Microsecond)
+}
+
+// serverTime returns the server's time at local time now as e's lease
+// lets the process reckon it, never ahead of the server.
+func (e *leaseEntry) serverTime(now int64) time.Time {
+	return time.Unix(0, e.srvNow+now-e.recv)
+}
+
+// dropExpired drops the slots in hand whose time has passed at now.
+func (t *leaseTable) dropExpired(e *leaseEntry, now int64) {
+	lost := 0
+	for e.next <= e.end && t.deadline(e, e.next) < now {
+		e.next++
+		lost++
+	}
+	if lost > 0 {
+		t.stats.expired.Add(uint64(lost))
+		t.stats.unspent.Add(-int64(lost))
+	}
+}
+
+// entry returns key's entry, adding it if the table has room; nil if not.
+// The shard's lock is held.
+func (t *leaseTable) entry(s *leaseShard, key string, now int64) *leaseEntry {
+	if e := s.m[key]; e != nil {
+		return e
+	}
+	if t.count.Load() >= int64(t.keys) && !t.sweep(s, now) {
+		return nil
+	}
+	e := &leaseEntry{next: 1} // no slots: next > end
+	s.m[key] = e
+	t.count.Add(1)
+	return e
+}
+
+// sweep drops up to sweepProbes entries of shard s that hold nothing and
+// saw no request for D, and reports whether it dropped one.
+func (t *leaseTable) sweep(s *leaseShard, now int64) bool {
+	probes, dropped := 0, false
+	for k, e := range s.m {
+		if probes++; probes > sweepProbes {
+			break
+		}
+		if e.fetch == nil && now-e.used > t.dNS && (e.next > e.end || t.deadline(e, e.end) < now) {
+			t.dropExpired(e, now+t.dNS+1) // any slot left is past its time
+			delete(s.m, k)
+			t.count.Add(-1)
+			dropped = true
+		}
+	}
+	return dropped
+}
+
+// take decides a request of cost n, 1 <= n <= burst, for key.
+func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decision, error) {
+	s := &t.shards[maphash.String(t.seed, key)%leaseShards]
+	counted := false
+	for {
+		now := t.clock()
+		s.mu.Lock()
+		e := t.entry(s, key, now)
+		if e == nil {
+			s.mu.Unlock()
+			return t.b.decide(ctx, key, n)
+		}
+		if !counted {
+			e.count++
+			counted = true
+		}
+		e.used = now
+		t.dropExpired(e, now)
+		if e.end-e.next+1 >= n {
+			d := t.spend(e, n, now)
+			s.mu.Unlock()
+			return d, nil
+		}
+		if now < t.until(e, t.grant(n)) {
+			// Redis would refuse, the key's TAT being no lower than the
+			// lease left it, or have too little room to be worth a call.
+			d := t.refusal(e, n, now)
+			s.mu.Unlock()
+			return d, nil
+		}
+		if c := e.fetch; c != nil {
+			// Another goroutine is leasing for key: wait for it, and
+			// share its failure.
+			s.mu.Unlock()
+			select {
+			case <-c.done:
+				if c.err != nil {
+					return t.b.failed(key, n, c.err)
+				}
+				continue
+			case <-ctx.Done():
+				return t.b.failed(key, n, ctx.Err())
+			}
+		}
+		want, u := 1, int64(0) // u: the mean interval between requests
+		if e.measured {
+			if elapsed := now - e.since; elapsed <= 0 || e.count == 0 {
+				want = t.slots
+			} else {
+				u = elapsed / e.count
+				want = int(min(float64(t.dNS)*float64(e.count)/float64(elapsed), float64(t.slots)))
+			}
+		}
+		e.since, e.count, e.measured = now, 0, true
+		if want < 2 || want < n || e.next <= e.end {
+			// A cold key, or a request the hand cannot serve while it
+			// holds slots: one call.
+			s.mu.Unlock()
+			d, err := t.b.decide(ctx, key, n)
+			if err == nil {
+				t.took(t.clock() - now)
+			}
+			return d, err
+		}
+		// At a key with room to spare, the first slot comes two round
+		// trips out and the lease lasts as long as the process takes to
+		// spend it at its pace, so that its slots have not all passed
+		// when the reply arrives or soon after. The time skipped is
+		// charged as if spent; as nothing is skipped at a key whose TAT
+		// runs an eighth of the burst ahead, skips never hold more.
+		skip := max(min(2*t.rtt.Load()+int64(time.Microsecond)+int64(want)*u, t.maxSkip)-t.p.Cost(want).NS, 0)
+		c := &leaseCall{done: make(chan struct{})}
+		e.fetch = c
+		s.mu.Unlock()
+
+		sent := t.clock()
+		r, err := t.b.lease(ctx, key, want, skip)
+		recv := t.clock()
+
+		s.mu.Lock()
+		e.fetch = nil
+		c.err = err
+		close(c.done)
+		if err != nil {
+			s.mu.Unlock()
+			return t.b.failed(key, n, err)
+		}
+		t.took(recv - sent)
+		e.sent, e.recv, e.srvNow = sent, recv, r.now
+		e.ahead = r.ahead
+		e.base = t.p.Add(gcra.Time{NS: r.now}, r.ahead)
+		e.next, e.end = 1, r.k
+		if r.k > 0 {
+			t.stats.leases.Add(1)
+			t.stats.slots.Add(uint64(r.k))
+			t.stats.unspent.Add(int64(r.k))
+		}
+		now = t.clock()
+		t.dropExpired(e, now) // slots whose time passed before the reply came
+		if e.end-e.next+1 >= n {
+			d := t.spend(e, n, now)
+			s.mu.Unlock()
+			return d, nil
+		}
+		if r.k >= n {
+			// The reply came later than the slots' time: decide by a
+			// call, as Redis had room.
+			s.mu.Unlock()
+			return t.b.decide(ctx, key, n)
+		}
+		// No room for the request: refused, and refused locally until
+		// Redis has room for it; the slots granted stay in hand.
+		d := t.refusal(e, n, now)
+		s.mu.Unlock()
+		return d, nil
+	}
+}
+
+// spend admits a request of cost n from e's slots in hand at now.
+func (t *leaseTable) spend(e *leaseEntry, n int, now int64) limits.Decision {
+	e.next += n
+	j := e.next - 1 // the last slot spent
+	t.stats.spent.Add(uint64(n))
+	t.stats.unspent.Add(-int64(n))
+	t.stats.local.Add(1)
+	at := e.serverTime(now)
+	slot := gcra.Ceil(t.p.Add(e.base, t.p.Cost(j)))
+	return limits.Decision{
+		Allowed: true, Limit: t.p.Limit, Period: t.p.Period, Burst: t.p.Burst, Cost: n,
+		Remaining: t.p.Report(true, t.view(e, now), 0).Remaining, ResetAfter: max(time.Duration(slot-at.UnixNano()), 0), At: at,
+	}
+}
+
+// took notes that a call took d.
+func (t *leaseTable) took(d int64) {
+	if cur := t.rtt.Load(); d > cur {
+		t.rtt.Store(cur + (d-cur)/2)
+	} else {
+		t.rtt.Store(cur - (cur-d)/8)
+	}
+}
+
+// grant returns the room a key refused for a request of cost n must have
+// before the process asks Redis again: n, or, if more, as many slots as
+// the key's rate brings in four round trips, at most a lease. So a
+// saturated key costs a process at most about one call every four round
+// trips, at the price of a burst smaller by up to that many slots for the
+// process, never a lower rate.
+func (t *leaseTable) grant(n int) int {
+	m := int(min(float64(4*t.rtt.Load())*float64(t.p.Den)/float64(t.p.TU), float64(t.slots)))
+	return max(n, m)
+}
+
+// until returns the local time before which Redis would refuse a request
+// of cost n for e's key, as its latest lease left it (the key's TAT then
+// ahead of the server's now by e.ahead + e.end*T, at e.recv at the latest);
+// in the past if e has no lease.
+func (t *leaseTable) until(e *leaseEntry, n int) int64 {
+	if e.recv == 0 && e.end == 0 {
+		return 0
+	}
+	return e.recv + gcra.Ceil(t.p.Sub(t.p.Add(t.p.Add(e.ahead, t.p.Cost(e.end)), t.p.Cost(n)), t.p.D))
+}
+
+// view returns how far the key's TAT runs ahead of now as this process
+// sees it: its lease's slots spent or expired charged, those in hand not.
+func (t *leaseTable) view(e *leaseEntry, now int64) gcra.Time {
+	ahead := t.p.Sub(t.p.Add(e.ahead, t.p.Cost(e.next-1)), gcra.Time{NS: now - e.recv})
+	if !gcra.Positive(ahead) {
+		return gcra.Time{}
+	}
+	return ahead
+}
+
+// refusal refuses a request of cost n locally at now, as Redis would.
+func (t *leaseTable) refusal(e *leaseEntry, n int, now int64) limits.Decision {
+	t.stats.local.Add(1)
+	ahead := t.view(e, now)
+	return limits.Decision{
+		Reason: limits.ReasonRateLimited, Limit: t.p.Limit, Period: t.p.Period, Burst: t.p.Burst, Cost: n,
+		Remaining: t.p.Report(true, ahead, 0).Remaining, RetryAfter: time.Duration(max(t.until(e, t.grant(n))-now, 1)),
+		ResetAfter: time.Duration(gcra.Ceil(ahead)), At: e.serverTime(now),
+	}
+}
+
+// look answers a request of cost n that charges nothing, for a key this
+// process holds a lease of, from what the process knows: reason is the
+// refusal of a cost no wait cures (negative or above the burst), or
+// ReasonAllowed for cost 0 and a Peek. It returns false, to ask Redis,
+// for a key with no lease.
+func (t *leaseTable) look(key string, n int, reason limits.Reason) (limits.Decision, bool) {
+	s := &t.shards[maphash.String(t.seed, key)%leaseShards]
+	now := t.clock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[key]
+	if e == nil || e.recv == 0 {
+		return limits.Decision{}, false
+	}
+	t.dropExpired(e, now)
+	ahead := t.view(e, now)
+	d := limits.Decision{
+		Allowed: true, Limit: t.p.Limit, Period: t.p.Period, Burst: t.p.Burst, Cost: n,
+		Remaining: t.p.Report(true, ahead, 0).Remaining, ResetAfter: time.Duration(gcra.Ceil(ahead)), At: e.serverTime(now),
+	}
+	switch {
+	case reason != limits.ReasonAllowed:
+		d.Allowed, d.Reason = false, reason
+	case n > 0 && e.end-e.next+1 < n && now < t.until(e, t.grant(n)):
+		d.Allowed, d.Reason, d.RetryAfter = false, limits.ReasonRateLimited, time.Duration(max(t.until(e, t.grant(n))-now, 1))
+	case n > 0 && e.end-e.next+1 < n:
+		return limits.Decision{}, false // Redis may have room: ask
+	}
+	t.stats.local.Add(1)
+	return d, true
+}
+
+// refund gives back d, an allowed decision for key, and reports whether d
+// was made from key's run of slots in hand (given back to it, or not if
+// its slots' time has passed); false means that d is not the run's.
+func (t *leaseTable) refund(key string, d limits.Decision) bool {
+	s := &t.shards[maphash.String(t.seed, key)%leaseShards]
+	now := t.clock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[key]
+	if e == nil || e.end == 0 {
+		return false
+	}
+	charged := d.At.UnixNano() + int64(d.ResetAfter)
+	// The last slot d spent: base + j*T rounds up to charged.
+	rel := charged - e.base.NS
+	if rel <= 0 {
+		return false
+	}
+	tf := float64(t.p.TU) / float64(t.p.Den)
+	j := int(float64(rel)/tf + 0.5)
+	for _, c := range []int{j, j - 1, j + 1} {
+		if c < d.Cost || c >= e.next || c > e.end || gcra.Ceil(t.p.Add(e.base, t.p.Cost(c))) != charged {
+			continue
+		}
+		// The run's latest d.Cost slots spent go back to the hand, and
+		// the admissions that spent them take d's slots, which are no
+		// later: valid as long as d's first slot has not passed.
+		if t.deadline(e, c-d.Cost+1) >= now {
+			e.next -= d.Cost
+			t.stats.spent.Add(^uint64(d.Cost - 1))
+			t.stats.unspent.Add(int64(d.Cost))
+		}
+		return true
+	}
+	return false
+}
+
+// giveBackAll returns every run of slots in hand to Redis.
+func (t *leaseTable) giveBackAll(ctx context.Context) (int, error) {
+	type run struct {
+		key string
+		top gcra.Time
+		n   int
+	}
+	var runs []run
+	now := t.clock()
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for k, e := range s.m {
+			t.dropExpired(e, now)
+			if n := e.end - e.next + 1; n > 0 {
+				runs = append(runs, run{k, t.p.Add(e.base, t.p.Cost(e.end)), n})
+				e.next = e.end + 1
+				t.stats.returned.Add(uint64(n))
+				t.stats.unspent.Add(-int64(n))
+			}
+		}
+		s.mu.Unlock()
+	}
+	given := 0
+	var first error
+	for _, r := range runs {
+		ok, err := t.b.giveBack(ctx, r.key, r.top, r.n, false)
+		if err != nil && first == nil {
+			first = err
+		}
+		if ok {
+			given += r.n
+		}
+	}
+	return given, first
+}
+
+// The GCRA's side of the lease mode.
+
+// ReturnLeases gives back to Redis the slots this GCRA holds in hand, for
+// every key, as on an orderly shutdown, and reports how many Redis took
+// back. A key's slots are taken back only if the key's TAT is where this
+// process's lease left it, nothing having been charged for the key since:
+// slots leased by other processes since then keep their times. Slots not
+// taken back are dropped all the same and expire with their times. It does
+// nothing without WithLeases. An error wraps ErrUnavailable and the first
+// failure; the GCRA remains usable, taking new leases as it needs.
+func (g *GCRA) ReturnLeases(ctx context.Context) (int, error) {
+	if g.leases == nil {
+		return 0, nil
+	}
+	return g.leases.giveBackAll(ctx)
+}
+
+// LeaseStats returns a snapshot of the lease counters.
+func (g *GCRA) LeaseStats() LeaseStats {
+	if g.leases == nil {
+		return LeaseStats{}
+	}
+	c := &g.leases.stats
+	return LeaseStats{
+		Leases: c.leases.Load(), Slots: c.slots.Load(), Spent: c.spent.Load(), Expired: c.expired.Load(),
+		Returned: c.returned.Load(), Local: c.local.Load(), Held: uint64(max(c.unspent.Load(), 0)),
+	}
+}
+
+// redisLeases is the leaseBackend of a GCRA: its Redis.
+type redisLeases struct{ g *GCRA }
+
+func (r redisLeases) decide(ctx context.Context, key string, n int) (limits.Decision, error) {
+	return r.g.decide(ctx, key, n, true)
+}
+
+func (r redisLeases) failed(key string, n int, err error) (limits.Decision, error) {
+	return r.g.failed(key, n, true, limits.ReasonAllowed, err)
+}
+
+func (r redisLeases) lease(ctx context.Context, key string, want int, skip int64) (leaseReply, error) {
+	g := r.g
+	args := make([]any, 0, 11)
+	args = append(args, g.den)
+	args = timeArgs(args, g.p.T)
+	args = append(args, g.dArgs...)
+	args = append(args, strconv.Itoa(want))
+	args = timeArgs(args, gcra.Time{NS: max(skip, 0)})
+	ctx, cancel := g.bound(ctx)
+	rep, err := g.call(ctx, leaseScript, g.prefix+key, args)
+	cancel()
+	if err != nil {
+		return leaseReply{}, err
+	}
+	g.statistics.answered.Add(1)
+	if rep.flag < 0 || rep.flag > int64(want) {
+		return leaseReply{}, fmt.Errorf("%w: %d slots granted", errReply, rep.flag)
+	}
+	return leaseReply{k: int(rep.flag), ahead: rep.ahead, now: rep.now.UnixNano()}, nil
+}
+
+func (r redisLeases) giveBack(ctx context.Context, key string, top gcra.Time, n int, rounded bool) (bool, error) {
+	g := r.g
+	args := make([]any, 0, 9)
+	args = append(args, g.den)
+	args = timeArgs(args, top) // seconds since the epoch are well within MaxSpan
+	args = timeArgs(args, g.p.Cost(n))
+	if rounded {
+		args = append(args, "1")
+	} else {
+		args = append(args, "0")
+	}
+	ctx, cancel := g.bound(ctx)
+	rep, err := g.call(ctx, giveBackScript, g.prefix+key, args)
+	cancel()
+	if err != nil {
+		g.statistics.refundErrs.Add(1)
+		err = fmt.Errorf("%w: nothing given back: %w", ErrUnavailable, err)
+		if g.onError != nil {
+			g.onError(err)
+		}
+		return false, err
+	}
+	g.statistics.refunds.Add(1)
+	return rep.flag == 1, nil
+}

@@ -1,0 +1,235 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/redislimit/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// The lease fault tests use 100 a second in bursts of 100 (T = 10ms, a
+// burst recovers in 1s) and leases of at most 32 slots.
+const (
+	faultLimit = 100
+	faultBurst = 100
+	faultSlots = 32
+)
+
+// leaser returns a GCRA in lease mode on its own client, as a process of
+// its own, whose calls fail at once on a refused connection.
+func leaser(t *testing.T, addr, prefix string, opts ...Option) *GCRA {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { c.Close() })
+	opts = append([]Option{WithBurst(faultBurst), WithPrefix(prefix), WithLeases(faultSlots, 0), WithTimeout(200 * time.Millisecond)}, opts...)
+	return must(New(c, faultLimit, time.Second, opts...))
+}
+
+// heat makes key hot in g: unit requests until g holds slots. It returns
+// how many were allowed.
+func heat(t *testing.T, g *GCRA, key string) int {
+	t.Helper()
+	allowed := 0
+	for range 100 {
+		d, err := g.Allow(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			allowed++
+		}
+		if g.LeaseStats().Held > 0 {
+			return allowed
+		}
+	}
+	t.Fatalf("no lease after 100 requests: %+v", g.LeaseStats())
+	return 0
+}
+
+// drain makes unit requests for key from g until one is refused or fails,
+// and returns how many were allowed and the last error.
+func drain(g *GCRA, key string) (int, error) {
+	allowed := 0
+	for range 10 * faultBurst {
+		d, err := g.Allow(context.Background(), key)
+		if err != nil || !d.Allowed {
+			return allowed, err
+		}
+		allowed++
+	}
+	return allowed, nil
+}
+
+// TestLeaseCrash checks that a process that stops holding slots (a crash)
+// costs the others only those slots, and only until their times pass,
+// within burst*T; and that ReturnLeases gives them back at once instead.
+func TestLeaseCrash(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, give := range []bool{false, true} {
+		t.Run(fmt.Sprintf("return=%v", give), func(t *testing.T) {
+			prefix := freshPrefix()
+			a, b := leaser(t, srv.Addr(), prefix), leaser(t, srv.Addr(), prefix)
+			spent := heat(t, a, "k")
+			held := int(a.LeaseStats().Held)
+			if give {
+				n, err := a.ReturnLeases(context.Background())
+				if err != nil || n != held {
+					t.Fatalf("ReturnLeases: %d, %v; want %d", n, err, held)
+				}
+				held = 0
+			}
+			// a is gone. b finds the key charged for what a spent and
+			// holds, give or take the slots that came back since.
+			start := time.Now()
+			got, err := drain(b, "k")
+			elapsed := time.Since(start)
+			if err != nil {
+				t.Fatal(err)
+			}
+			refill := int(elapsed/(10*time.Millisecond)) + 2
+			t.Logf("a spent %d and holds %d; b then got %d in %v", spent, held, got, elapsed)
+			if got+spent+held < faultBurst || got+spent+held > faultBurst+refill {
+				t.Errorf("b got %d, want %d - %d - %d, give or take %d", got, faultBurst, spent, held, refill)
+			}
+			// Within burst*T the key is back to its full burst: a's slots
+			// have expired with their times, and b's first lease may skip
+			// as many slots as it takes (see WithLeases).
+			time.Sleep(time.Second + 20*time.Millisecond)
+			if got, err := drain(b, "k"); err != nil || got < faultBurst-faultSlots {
+				t.Errorf("after burst*T: b got %d, %v; want the full burst, %d, less at most a lease", got, err, faultBurst)
+			}
+		})
+	}
+}
+
+// TestLeaseRedisDown checks that with Redis killed, the slots in hand are
+// still spent, every one of them and no more, and that the failure policy
+// then applies, at once for a refused connection; that decisions come
+// back with Redis; and that a restart, which forgets the keys, forgives
+// the debts, letting through at most a burst more than the slots in hand.
+func TestLeaseRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	g := leaser(t, srv.Addr(), freshPrefix())
+	heat(t, g, "k")
+	held := int(g.LeaseStats().Held)
+	srv.Kill()
+	for i := range held {
+		d, err := g.Allow(context.Background(), "k")
+		if err != nil || !d.Allowed {
+			t.Fatalf("Redis down, slot %d of %d in hand: %+v, %v", i, held, d, err)
+		}
+	}
+	start := time.Now()
+	d, err := g.Allow(context.Background(), "k")
+	if !errors.Is(err, ErrUnavailable) || d.Allowed || d.Reason != limits.ReasonUnavailable {
+		t.Errorf("Redis down, slots spent: %+v, %v; want the fail-closed answer", d, err)
+	}
+	if elapsed := time.Since(start); elapsed > hangGuard {
+		t.Errorf("Redis down: the failure took %v", elapsed)
+	}
+	srv.Restart()
+	// Redis forgot the key: a burst, with the slots in hand (none now).
+	got, err := drain(g, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The measured rate carries over, so the first call may lease;
+	// whatever it does, the restart forgives one burst and no more.
+	if got < faultBurst-faultSlots || got > faultBurst+5 {
+		t.Errorf("after a restart: %d allowed, want about the burst, %d", got, faultBurst)
+	}
+}
+
+// TestLeaseFlush checks that a FLUSHALL while a process holds slots
+// forgives the key's debt, as without leases, and lets the slots in hand
+// be spent too: at most burst + the slots in hand at once, nothing more.
+func TestLeaseFlush(t *testing.T) {
+	srv := redistest.Start(t)
+	g := leaser(t, srv.Addr(), freshPrefix())
+	spent := heat(t, g, "k")
+	held := int(g.LeaseStats().Held)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	if err := c.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	got, err := drain(g, "k")
+	elapsed := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refill := int(elapsed/(10*time.Millisecond)) + 1
+	t.Logf("spent %d, held %d at the flush; then %d allowed in %v", spent, held, got, elapsed)
+	if got > faultBurst+held+refill {
+		t.Errorf("after a flush: %d allowed, beyond burst %d + %d in hand + %d", got, faultBurst, held, refill)
+	}
+	if got < faultBurst {
+		t.Errorf("after a flush: %d allowed: the debt was not forgiven", got)
+	}
+}
+
+// TestLeaseRedisHung checks that with Redis paused, the slots in hand are
+// spent without waiting, and that once they are, every decision fails by
+// the policy at the timeout, also for goroutines that wait for a lease
+// another one asked for.
+func TestLeaseRedisHung(t *testing.T) {
+	srv := redistest.Start(t)
+	g := leaser(t, srv.Addr(), freshPrefix(), WithTimeout(50*time.Millisecond))
+	heat(t, g, "k")
+	held := int(g.LeaseStats().Held)
+	srv.Pause()
+	defer srv.Resume()
+	for i := range held {
+		d, err := g.Allow(context.Background(), "k")
+		if err != nil || !d.Allowed {
+			t.Fatalf("Redis hung, slot %d of %d in hand: %+v, %v", i, held, d, err)
+		}
+	}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range 8 {
+		wg.Go(func() {
+			_, err := g.Allow(context.Background(), "k")
+			if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Redis hung, slots spent: error %v, want the deadline's", err)
+			}
+		})
+	}
+	wg.Wait()
+	if elapsed := time.Since(start); elapsed > hangGuard {
+		t.Errorf("Redis hung: 8 decisions took %v", elapsed)
+	}
+}
+
+// TestLeaseAllocs checks that a decision from the slots in hand allocates
+// nothing.
+func TestLeaseAllocs(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv.Addr(), true)
+	g := must(New(c, 1_000_000, time.Second, WithPrefix(freshPrefix()), WithLeases(4096, 0), WithTimeout(10*time.Second)))
+	ctx := context.Background()
+	for g.LeaseStats().Held < 1000 {
+		if _, err := g.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls := g.Stats().Answered
+	allocs := testing.AllocsPerRun(500, func() {
+		if d, err := g.Allow(ctx, "k"); err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+	})
+	if g.Stats().Answered != calls {
+		t.Skip("the slots in hand ran out: the machine is too slow for this test") // only a call allocates
+	}
+	if allocs != 0 {
+		t.Errorf("%v allocations a decision from the slots in hand, want 0", allocs)
+	}
+}
