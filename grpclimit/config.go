@@ -56,6 +56,21 @@ type Config struct {
 	// baseline latency, again while that shows it too high. It needs
 	// MaxInFlight; the zero adaptive.Config is usable.
 	Adaptive *adaptive.Config
+	// Gate, if set, is a gate made elsewhere (limits.NewGate) that the
+	// Interceptor shares, in place of a gate of its own: with the same
+	// Gate given to an httplimit.Middleware, and used directly by code
+	// such as a job runner, the process has one capacity whatever the
+	// protocol. It excludes MaxInFlight, QueueAdapt and Adaptive, which
+	// configure a gate of the Interceptor's own; QueueWait and Timeout
+	// still apply to its calls. Stats reports the gate's counters with
+	// SharedGate set, and the metrics packages leave them to the gate's
+	// own collector, registered once.
+	Gate *limits.Gate
+	// Controller, if set, is the adaptive.Controller that moves the
+	// maximum of a shared gate (its Gate(), which Gate may leave unset):
+	// the Interceptor reports to it the latency and outcome of the calls
+	// it admits, as with Adaptive.
+	Controller *adaptive.Controller
 	// Timeout, if positive, is a deadline for each unary call: when it
 	// passes, the handler's context is cancelled and the client gets
 	// codes.DeadlineExceeded with reason request_timeout, while the call

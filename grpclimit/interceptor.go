@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -75,8 +76,10 @@ type Interceptor struct {
 	forwarded string // the forwarding metadata key, lower case
 
 	rates    []*rateLayer
-	calls    *front.Slots // unary calls in progress per client
-	streams  *front.Slots // streams open per client
+	hasAddr  bool          // rates starts with an address bucket
+	limTime  time.Duration // the bound on each limiter call
+	calls    *front.Slots  // unary calls in progress per client
+	streams  *front.Slots  // streams open per client
 	messages bool
 
 	logger *slog.Logger
@@ -130,8 +133,14 @@ type Stats struct {
 	// ConcurrencyTableFull counts calls and streams refused because too
 	// many clients had some in progress.
 	ConcurrencyTableFull uint64 `json:"concurrency_table_full"`
-	// Gate holds the gate's counters, if Config.MaxInFlight is set.
+	// Gate holds the gate's counters, if Config.MaxInFlight or
+	// Config.Gate is set.
 	Gate *limits.GateStats `json:"gate,omitempty"`
+	// SharedGate says the gate is a shared one (Config.Gate or
+	// Config.Controller): Gate and Adaptive are then the counters of the
+	// whole gate, which other front ends and direct callers use too, not
+	// of this Interceptor's calls, which the other fields count.
+	SharedGate bool `json:"shared_gate,omitempty"`
 	// Adaptive holds the adaptive limit's state and recent history, if
 	// Config.Adaptive is set.
 	Adaptive *adaptive.Stats `json:"adaptive,omitempty"`
@@ -160,7 +169,9 @@ type PolicyStats struct {
 	// Keys is the number of clients the policy's local limiter holds, and
 	// MaxKeys the most it may (Config.MaxKeys): a table near full is a
 	// limit set too low, or an attack. Both are 0 for a policy decided
-	// elsewhere alone.
+	// elsewhere alone, and for one that shares the table of a policy
+	// before it (KeylessPolicy shares the caller key's), so that a sum
+	// counts each table once.
 	Keys    int `json:"keys"`
 	MaxKeys int `json:"max_keys"`
 }
@@ -171,21 +182,6 @@ type PolicyStats struct {
 // CallerKey or LimitMessages with no limit to apply. The error names the
 // field at fault, and with several such values always the same one.
 func New(cfg Config) (*Interceptor, error) {
-	err := front.CheckNonNegative(
-		front.Field{Name: "MaxInFlight", Value: int64(cfg.MaxInFlight)},
-		front.Field{Name: "QueueWait", Value: int64(cfg.QueueWait)},
-		front.Field{Name: "Timeout", Value: int64(cfg.Timeout)},
-		front.Field{Name: "BusyRetryAfter", Value: int64(cfg.BusyRetryAfter)},
-		front.Field{Name: "Burst", Value: int64(cfg.Burst)},
-		front.Field{Name: "MaxKeys", Value: int64(cfg.MaxKeys)},
-		front.Field{Name: "LimiterTimeout", Value: int64(cfg.LimiterTimeout)},
-		front.Field{Name: "AddressMultiplier", Value: int64(cfg.AddressMultiplier)},
-		front.Field{Name: "MaxInFlightPerClient", Value: int64(cfg.MaxInFlightPerClient)},
-		front.Field{Name: "MaxStreamsPerClient", Value: int64(cfg.MaxStreamsPerClient)},
-	)
-	if err != nil {
-		return nil, fmt.Errorf("grpclimit: %w", err)
-	}
 	it := &Interceptor{
 		exempt:    cfg.Exempt,
 		timeout:   cfg.Timeout,
@@ -199,21 +195,6 @@ func New(cfg Config) (*Interceptor, error) {
 	if it.busyRetry == 0 {
 		it.busyRetry = time.Second
 	}
-	it.forwarded = strings.ToLower(cfg.ForwardedHeader)
-	switch it.forwarded {
-	case "":
-		it.forwarded = "x-forwarded-for"
-	case "x-forwarded-for", "forwarded", "x-real-ip":
-	default:
-		return nil, fmt.Errorf("grpclimit: ForwardedHeader must be x-forwarded-for, forwarded or x-real-ip, got %q", cfg.ForwardedHeader)
-	}
-	if it.id, err = front.NewIdentity(cfg.TrustedProxies, cfg.IPv4Prefix, cfg.IPv6Prefix, it.forwarded == "forwarded"); err != nil {
-		return nil, fmt.Errorf("grpclimit: %w", err)
-	}
-	if cfg.OnLimiterError > FailOpen {
-		return nil, fmt.Errorf("grpclimit: OnLimiterError must be FailClosed or FailOpen, got %d", cfg.OnLimiterError)
-	}
-
 	var key func(call) string
 	if cfg.CallerKey != nil {
 		key = func(c call) string { return cfg.CallerKey(c.ctx) }
@@ -222,37 +203,32 @@ func New(cfg Config) (*Interceptor, error) {
 	if cfg.Cost != nil {
 		cost = func(c call) int { return cfg.Cost(c.ctx, c.method) }
 	}
-	it.rates, err = front.Layers(front.RateConfig{
-		PolicyName:        cfg.PolicyName,
-		Rate:              cfg.Rate,
-		Burst:             cfg.Burst,
-		MaxKeys:           cfg.MaxKeys,
-		Limiter:           cfg.Limiter,
-		LimiterTimeout:    front.LimiterBound(cfg.LimiterTimeout, cfg.Timeout),
-		CallerKeyed:       cfg.CallerKey != nil,
-		AddressMultiplier: cfg.AddressMultiplier,
-		CallerLimiter:     cfg.CallerLimiter,
-	}, key, cost)
-	if err != nil {
+	it.forwarded = strings.ToLower(cfg.ForwardedHeader)
+	b, err := front.Setup(front.Common{
+		MaxInFlight: cfg.MaxInFlight, QueueWait: cfg.QueueWait, QueueAdapt: cfg.QueueAdapt, Adaptive: cfg.Adaptive,
+		Gate: cfg.Gate, Controller: cfg.Controller, Timeout: cfg.Timeout, BusyRetryAfter: cfg.BusyRetryAfter,
+		Rate: cfg.Rate, Burst: cfg.Burst, MaxKeys: cfg.MaxKeys, Limiter: cfg.Limiter, LimiterTimeout: cfg.LimiterTimeout,
+		CallerKeyed: cfg.CallerKey != nil, AddressMultiplier: cfg.AddressMultiplier, CallerLimiter: cfg.CallerLimiter,
+		TrustedProxies: cfg.TrustedProxies, Forwarded: it.forwarded == "forwarded", IPv4Prefix: cfg.IPv4Prefix, IPv6Prefix: cfg.IPv6Prefix,
+		MaxInFlightPerClient: cfg.MaxInFlightPerClient, PolicyName: cfg.PolicyName,
+	}, key, cost, front.Field{Name: "MaxStreamsPerClient", Value: int64(cfg.MaxStreamsPerClient)})
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("grpclimit: %w", err)
-	}
-	if cfg.LimitMessages && len(it.rates) == 0 {
+	case it.forwarded != "" && !slices.Contains(forwardedKeys, it.forwarded):
+		return nil, fmt.Errorf("grpclimit: ForwardedHeader must be x-forwarded-for, forwarded or x-real-ip, got %q", cfg.ForwardedHeader)
+	case cfg.OnLimiterError > FailOpen:
+		return nil, fmt.Errorf("grpclimit: OnLimiterError must be FailClosed or FailOpen, got %d", cfg.OnLimiterError)
+	case cfg.LimitMessages && len(b.Rates) == 0:
 		return nil, errors.New("grpclimit: LimitMessages needs Rate or Limiter")
 	}
-
+	if it.forwarded == "" {
+		it.forwarded = forwardedKeys[0]
+	}
+	it.id, it.capacity, it.calls, it.rates, it.hasAddr, it.limTime = b.Identity, b.Capacity, b.Slots, b.Rates, b.HasAddr, b.LimiterTimeout
 	it.admit = front.Admission{FailOpen: cfg.OnLimiterError == FailOpen, Counts: &it.n.Rates, OnError: it.logLimiter}
-
-	if it.capacity, err = front.NewCapacity(front.CapacityConfig{
-		Max: cfg.MaxInFlight, Wait: cfg.QueueWait, Adapt: cfg.QueueAdapt, Adaptive: cfg.Adaptive,
-	}); err != nil {
-		return nil, fmt.Errorf("grpclimit: %w", err)
-	}
-	maxKeys := front.Or(cfg.MaxKeys, DefaultMaxKeys)
-	if cfg.MaxInFlightPerClient > 0 {
-		it.calls = front.NewSlots(cfg.MaxInFlightPerClient, maxKeys)
-	}
 	if cfg.MaxStreamsPerClient > 0 {
-		it.streams = front.NewSlots(cfg.MaxStreamsPerClient, maxKeys)
+		it.streams = front.NewSlots(cfg.MaxStreamsPerClient, front.Or(cfg.MaxKeys, DefaultMaxKeys))
 	}
 	it.busy = make(map[string]refusal)
 	for _, r := range []string{ReasonServerBusy, ReasonRequestTimeout, ReasonConcurrencyLimited, ReasonConcurrencyTableFull} {
@@ -288,6 +264,7 @@ func (it *Interceptor) Stats() Stats {
 		ConcurrencyTableFull: t.ConcurrencyTableFull,
 	}
 	s.Gate, s.Adaptive = it.capacity.Stats()
+	s.SharedGate = it.capacity != nil && it.capacity.Shared
 	for _, p := range front.PolicyTotalsOf(it.rates) {
 		s.Policies = append(s.Policies, PolicyStats(p))
 	}
@@ -297,8 +274,10 @@ func (it *Interceptor) Stats() Stats {
 // ClientKey returns the key of the address bucket of the call of ctx, a
 // handler's context: "a:" and the client's address prefix, such as
 // "a:192.0.2.7/32" or "a:2001:db8:1:2::/64" (the address a trusted proxy
-// forwarded; "a:invalid" if it cannot be parsed). Use it to log a client,
-// to charge a limiter of one's own by client, or to Reset it.
+// forwarded, or the nearest trusted hop where a forwarded entry is no
+// address; "a:invalid" if the peer's own address cannot be parsed). Use
+// it to log a client, to charge a limiter of one's own by client, or to
+// Reset it.
 //
 // The keys limiters see: "a:"+prefix for the address bucket; "c:" and 32
 // hex digits of the SHA-256 of the caller key for the caller key's

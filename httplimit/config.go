@@ -22,7 +22,8 @@ type Config struct {
 	Exempt func(*http.Request) bool
 
 	// MaxInFlight caps the requests being served at once in the process,
-	// with a limits.Gate; 0 sets no cap. A request that finds the gate full
+	// with a limits.Gate of the Middleware's own; 0 sets no cap (see Gate
+	// for a gate shared with other front ends). A request that finds the gate full
 	// is refused with 503 and reason server_busy. With Adaptive, it is the
 	// ceiling of the adaptive limit.
 	MaxInFlight int
@@ -51,6 +52,23 @@ type Config struct {
 	// shows it too high. It needs MaxInFlight; the zero adaptive.Config is
 	// usable.
 	Adaptive *adaptive.Config
+	// Gate, if set, is a gate made elsewhere (limits.NewGate) that the
+	// Middleware shares, in place of a gate of its own: with the same Gate
+	// given to a grpclimit.Interceptor, and used directly by code such as
+	// a WebSocket hub or a job runner, the process has one capacity
+	// whatever the protocol. It excludes MaxInFlight, QueueAdapt and
+	// Adaptive, which configure a gate of the Middleware's own (call
+	// AdaptWait on the shared gate itself); QueueWait and Timeout still
+	// apply to the Middleware's requests. Stats reports the gate's
+	// counters with SharedGate set, and the metrics packages leave them to
+	// the gate's own collector, registered once.
+	Gate *limits.Gate
+	// Controller, if set, is the adaptive.Controller that moves the
+	// maximum of a shared gate (its Gate(), which Gate may leave unset):
+	// the Middleware reports to it the latency and outcome of the
+	// requests it admits, as with Adaptive, along with every other user
+	// of the gate.
+	Controller *adaptive.Controller
 	// Timeout, if positive, is a deadline for each request: when it passes,
 	// the handler's context is cancelled and the client gets 503 with
 	// reason request_timeout. The handler's response is buffered until it

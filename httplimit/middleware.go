@@ -137,8 +137,14 @@ type Stats struct {
 	// ConcurrencyTableFull counts requests refused because too many
 	// clients had requests in progress.
 	ConcurrencyTableFull uint64 `json:"concurrency_table_full"`
-	// Gate holds the gate's counters, if Config.MaxInFlight is set.
+	// Gate holds the gate's counters, if Config.MaxInFlight or
+	// Config.Gate is set.
 	Gate *limits.GateStats `json:"gate,omitempty"`
+	// SharedGate says the gate is a shared one (Config.Gate or
+	// Config.Controller): Gate and Adaptive are then the counters of the
+	// whole gate, which other front ends and direct callers use too, not
+	// of this Middleware's requests, which the other fields count.
+	SharedGate bool `json:"shared_gate,omitempty"`
 	// Adaptive holds the adaptive limit's state and recent history, if
 	// Config.Adaptive is set.
 	Adaptive *adaptive.Stats `json:"adaptive,omitempty"`
@@ -166,7 +172,9 @@ type PolicyStats struct {
 	// Keys is the number of clients the policy's local limiter holds, and
 	// MaxKeys the most it may (Config.MaxKeys): a table near full is a
 	// limit set too low, or an attack. Both are 0 for a policy decided
-	// elsewhere alone.
+	// elsewhere alone, and for one that shares the table of a policy
+	// before it (KeylessPolicy shares the caller key's), so that a sum
+	// counts each table once.
 	Keys    int `json:"keys"`
 	MaxKeys int `json:"max_keys"`
 }
@@ -200,21 +208,11 @@ func New(cfg Config) (*Middleware, error) {
 	c := &core{
 		exempt:         cfg.Exempt,
 		timeout:        cfg.Timeout,
-		busyRetry:      cfg.BusyRetryAfter,
 		onError:        cfg.OnLimiterError,
 		inflightStatus: front.Or(cfg.InFlightStatus, http.StatusTooManyRequests),
 		headers:        cfg.Headers,
 		deny:           cfg.Deny,
 		logger:         cfg.Logger,
-	}
-	if err := front.CheckNonNegative(
-		front.Field{Name: "MaxInFlight", Value: int64(cfg.MaxInFlight)}, front.Field{Name: "QueueWait", Value: int64(cfg.QueueWait)},
-		front.Field{Name: "Timeout", Value: int64(cfg.Timeout)}, front.Field{Name: "BusyRetryAfter", Value: int64(cfg.BusyRetryAfter)},
-		front.Field{Name: "Burst", Value: int64(cfg.Burst)}, front.Field{Name: "MaxKeys", Value: int64(cfg.MaxKeys)},
-		front.Field{Name: "LimiterTimeout", Value: int64(cfg.LimiterTimeout)}, front.Field{Name: "AddressMultiplier", Value: int64(cfg.AddressMultiplier)},
-		front.Field{Name: "MaxInFlightPerClient", Value: int64(cfg.MaxInFlightPerClient)},
-	); err != nil {
-		return nil, fmt.Errorf("httplimit: %w", err)
 	}
 	c.forwarded = http.CanonicalHeaderKey(cfg.ForwardedHeader)
 	switch c.forwarded {
@@ -224,44 +222,33 @@ func New(cfg Config) (*Middleware, error) {
 	default:
 		return nil, fmt.Errorf("httplimit: ForwardedHeader must be X-Forwarded-For, Forwarded or X-Real-IP, got %q", cfg.ForwardedHeader)
 	}
-	var err error
-	if c.id, err = front.NewIdentity(cfg.TrustedProxies, cfg.IPv4Prefix, cfg.IPv6Prefix, c.forwarded == "Forwarded"); err != nil {
-		return nil, fmt.Errorf("httplimit: %w", err)
-	}
-	if c.inflightStatus < 400 || c.inflightStatus > 599 {
+	switch {
+	case c.inflightStatus < 400 || c.inflightStatus > 599:
 		return nil, fmt.Errorf("httplimit: InFlightStatus must be a 4xx or 5xx status, got %d", cfg.InFlightStatus)
-	}
-	if c.onError > FailOpen {
+	case c.onError > FailOpen:
 		return nil, fmt.Errorf("httplimit: OnLimiterError must be FailClosed or FailOpen, got %d", cfg.OnLimiterError)
-	}
-	if c.headers > HeadersNone {
+	case c.headers > HeadersNone:
 		return nil, fmt.Errorf("httplimit: Headers must be one of the Headers* modes, got %d", cfg.Headers)
 	}
-	c.busyRetry = ceilSecond(c.busyRetry)
-	if c.busyRetry == 0 {
-		c.busyRetry = time.Second
-	}
-	c.limTime = front.LimiterBound(cfg.LimiterTimeout, cfg.Timeout)
-	c.admit = front.Admission{FailOpen: c.onError == FailOpen, Counts: &c.n.Rates, OnError: c.logLimiter}
-	if c.capacity, err = front.NewCapacity(front.CapacityConfig{
-		Max: cfg.MaxInFlight, Wait: cfg.QueueWait, Adapt: cfg.QueueAdapt, Adaptive: cfg.Adaptive,
-	}); err != nil {
-		return nil, fmt.Errorf("httplimit: %w", err)
-	}
-	if cfg.MaxInFlightPerClient > 0 {
-		c.slots = front.NewSlots(cfg.MaxInFlightPerClient, front.Or(cfg.MaxKeys, DefaultMaxKeys))
-	}
-	rates, err := front.Layers(front.RateConfig{
-		PolicyName: cfg.PolicyName, Rate: cfg.Rate, Burst: cfg.Burst, MaxKeys: cfg.MaxKeys,
-		Limiter: cfg.Limiter, LimiterTimeout: c.limTime,
+	b, err := front.Setup(front.Common{
+		MaxInFlight: cfg.MaxInFlight, QueueWait: cfg.QueueWait, QueueAdapt: cfg.QueueAdapt, Adaptive: cfg.Adaptive,
+		Gate: cfg.Gate, Controller: cfg.Controller, Timeout: cfg.Timeout, BusyRetryAfter: cfg.BusyRetryAfter,
+		Rate: cfg.Rate, Burst: cfg.Burst, MaxKeys: cfg.MaxKeys, Limiter: cfg.Limiter, LimiterTimeout: cfg.LimiterTimeout,
 		CallerKeyed: cfg.CallerKey != nil, AddressMultiplier: cfg.AddressMultiplier, CallerLimiter: cfg.CallerLimiter,
+		TrustedProxies: cfg.TrustedProxies, Forwarded: c.forwarded == "Forwarded", IPv4Prefix: cfg.IPv4Prefix, IPv6Prefix: cfg.IPv6Prefix,
+		MaxInFlightPerClient: cfg.MaxInFlightPerClient, PolicyName: cfg.PolicyName,
 	}, cfg.CallerKey, cfg.Cost)
 	if err != nil {
 		return nil, fmt.Errorf("httplimit: %w", err)
 	}
-	c.hasAddr = len(rates) > 0 && rates[0].Kind == front.ByAddress
-	c.policies = rates
-	return &Middleware{c: c, rates: rates}, nil
+	c.busyRetry = ceilSecond(cfg.BusyRetryAfter)
+	if c.busyRetry == 0 {
+		c.busyRetry = time.Second
+	}
+	c.id, c.capacity, c.slots, c.limTime, c.hasAddr = b.Identity, b.Capacity, b.Slots, b.LimiterTimeout, b.HasAddr
+	c.admit = front.Admission{FailOpen: c.onError == FailOpen, Counts: &c.n.Rates, OnError: c.logLimiter}
+	c.policies = b.Rates
+	return &Middleware{c: c, rates: b.Rates}, nil
 }
 
 // DefaultMaxKeys is the number of clients a local limiter, and the
@@ -294,6 +281,7 @@ func (m *Middleware) Stats() Stats {
 		ConcurrencyLimited: t.ConcurrencyLimited, ConcurrencyTableFull: t.ConcurrencyTableFull,
 	}
 	s.Gate, s.Adaptive = c.capacity.Stats()
+	s.SharedGate = c.capacity != nil && c.capacity.Shared
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, p := range front.PolicyTotalsOf(c.policies) {

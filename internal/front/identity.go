@@ -21,7 +21,9 @@ type Identity struct {
 }
 
 // Key returns the key of a client's address bucket: "a:" and its prefix,
-// or "a:invalid" for a client whose address cannot be parsed. peer is the
+// or "a:invalid" for a peer whose address cannot be parsed (a forwarded
+// entry that cannot be parsed is answered for by the nearest trusted hop;
+// see ClientOf). peer is the
 // connection's remote address, with or without a port; forwarded, read
 // only if the peer is a trusted proxy, the values of the one forwarding
 // header the proxies write, each a comma-separated list of hops.

@@ -25,8 +25,11 @@ func (id *Identity) KeyOf(peer netip.Addr, forwarded func() []string) string {
 // is dropped). Only when the peer is a trusted proxy is the forwarding
 // header read, from the right: the client is the right-most address that
 // is not a trusted proxy, since everything left of it was written by
-// parties not trusted. A client whose addresses cannot be parsed gets the
-// invalid Prefix, one bucket for all.
+// parties not trusted. Where the forwarded chain breaks (an entry that is
+// no address, or none at all), the nearest trusted hop stands for the
+// client: the proxy that wrote the entry answers for it, in a bucket of
+// its own. Only a peer whose own address cannot be parsed gets the invalid
+// Prefix, one bucket for all such peers.
 func (id *Identity) ClientOf(peer netip.Addr, forwarded func() []string) netip.Prefix {
 	a := peer.Unmap().WithZone("")
 	if a.IsValid() && id.Trusted(a) && forwarded != nil {

@@ -175,7 +175,7 @@ func (s *rpcSite) traffic(t *testing.T) {
 // The expected exposition of the Interceptor after traffic. The address
 // policy holds the 3 addresses whose calls passed the gate; the caller
 // keys' policy and the keyless one share a table, of 2 caller keys and 1
-// address without a key, which both report.
+// address without a key, which the caller keys' policy reports alone.
 const wantGRPC = `
 # HELP limits_grpc_requests_total gRPC calls by outcome, with the layer that decided it: allowed (layer all), exempt, or the reason of a refusal. request_timeout also counts as allowed, and so does limiter_error when the policy lets calls through; the rate layer's refusals include stream messages when messages are limited.
 # TYPE limits_grpc_requests_total counter
@@ -210,16 +210,16 @@ limits_grpc_policy_requests_total{name="rpc",outcome="rate_limited",policy="keyl
 limits_grpc_policy_requests_total{name="rpc",outcome="table_full",policy="address"} 0
 limits_grpc_policy_requests_total{name="rpc",outcome="table_full",policy="default"} 0
 limits_grpc_policy_requests_total{name="rpc",outcome="table_full",policy="keyless"} 0
-# HELP limits_grpc_policy_keys Keys the local GCRA of the rate policy holds, including expired keys whose place has not been reused yet; 0 for a policy decided by another limiter alone.
+# HELP limits_grpc_policy_keys Keys the local GCRA of the rate policy holds, including expired keys whose place has not been reused yet; 0 for a policy decided by another limiter alone, or that shares the table of a policy before it (keyless), so that a sum counts each table once.
 # TYPE limits_grpc_policy_keys gauge
 limits_grpc_policy_keys{name="rpc",policy="address"} 3
 limits_grpc_policy_keys{name="rpc",policy="default"} 3
-limits_grpc_policy_keys{name="rpc",policy="keyless"} 3
-# HELP limits_grpc_policy_max_keys Most keys the local GCRA of the rate policy holds; 0 for a policy decided by another limiter alone.
+limits_grpc_policy_keys{name="rpc",policy="keyless"} 0
+# HELP limits_grpc_policy_max_keys Most keys the local GCRA of the rate policy holds; 0 for a policy decided by another limiter alone, or that shares the table of a policy before it.
 # TYPE limits_grpc_policy_max_keys gauge
 limits_grpc_policy_max_keys{name="rpc",policy="address"} 1000
 limits_grpc_policy_max_keys{name="rpc",policy="default"} 1000
-limits_grpc_policy_max_keys{name="rpc",policy="keyless"} 1000
+limits_grpc_policy_max_keys{name="rpc",policy="keyless"} 0
 # HELP limits_gate_admitted_total Requests the gate let in.
 # TYPE limits_gate_admitted_total counter
 limits_gate_admitted_total{name="rpc"} 7
@@ -292,6 +292,44 @@ func TestSharedSeries(t *testing.T) {
 			if n, err := testutil.GatherAndCount(reg, "limits_"+sub+"_"+metric); err != nil || n != want {
 				t.Errorf("limits_%s_%s: %d series, %v; want %d", sub, metric, n, err, want)
 			}
+		}
+	}
+	promtest.Lint(t, reg)
+}
+
+// TestSharedGateOnce registers a gate shared by an Interceptor and a
+// Middleware, and both front ends: the gate's series are exported once,
+// under the gate's own name, so that a sum over them counts its requests
+// once; each front end still exports its own outcomes.
+func TestSharedGateOnce(t *testing.T) {
+	g, err := limits.NewGate(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, err := grpclimit.New(grpclimit.Config{Gate: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := httplimit.New(httplimit.Config{Gate: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := limitsprom.Register(reg, "process", g); err != nil {
+		t.Fatal(err)
+	}
+	if err := grpclimitprom.Register(reg, "rpc", it); err != nil {
+		t.Fatal(err)
+	}
+	if err := limitsprom.Register(reg, "api", m); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "limits_gate_capacity"); err != nil || n != 1 {
+		t.Errorf("%d series of the shared gate's capacity, %v; want 1", n, err)
+	}
+	for _, sub := range []string{"http", "grpc"} {
+		if n, err := testutil.GatherAndCount(reg, "limits_"+sub+"_requests_total"); err != nil || n != 11 {
+			t.Errorf("limits_%s_requests_total: %d series, %v; want 11", sub, n, err)
 		}
 	}
 	promtest.Lint(t, reg)

@@ -34,6 +34,7 @@ func Stats(s grpclimit.Stats) httplimit.Stats {
 		ConcurrencyLimited:   s.ConcurrencyLimited,
 		ConcurrencyTableFull: s.ConcurrencyTableFull,
 		Gate:                 s.Gate,
+		SharedGate:           s.SharedGate,
 		Policies:             make([]httplimit.PolicyStats, len(s.Policies)),
 	}
 	for i, p := range s.Policies {
