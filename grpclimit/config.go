@@ -209,7 +209,8 @@ const (
 	// FailClosed refuses the call with codes.Unavailable and reason
 	// limiter_error.
 	FailClosed ErrorPolicy = iota
-	// FailOpen serves the call as if it were allowed.
+	// FailOpen serves the call as if the failing limiter had allowed it;
+	// a local limiter of Rate in front of it keeps counting and refusing.
 	FailOpen
 )
 

@@ -314,3 +314,46 @@ func (s stuck) Take(context.Context, string, int) (limits.Decision, error) {
 }
 
 func (stuck) Refund(context.Context, string, limits.Decision) error { return nil }
+
+// TestLocalBeforeSharedDuringOutage checks that a failure policy speaks for
+// the failing limiter only: under FailOpen the local limiter in front of
+// it keeps counting and refusing, and the shared one is not asked about a
+// call the local one refuses; under FailClosed the refusal gives the
+// local charge back.
+func TestLocalBeforeSharedDuringOutage(t *testing.T) {
+	ctx := peers(1)[0]
+	for _, tt := range []struct {
+		policy ErrorPolicy
+		want   []string
+		calls  int64
+		left   int // the local bucket's Remaining afterwards
+	}{
+		{FailOpen, []string{"", "", ReasonRateLimited, ReasonRateLimited, ReasonRateLimited}, 2, 0},
+		{FailClosed, []string{ReasonLimiterError, ReasonLimiterError, ReasonLimiterError, ReasonLimiterError, ReasonLimiterError}, 5, 2},
+	} {
+		var calls atomic.Int64
+		shared := countingFail{&calls}
+		it := mustNew(t, Config{Limiter: shared, Rate: limits.Limit{Events: 2, Period: time.Hour}, OnLimiterError: tt.policy})
+		for i, want := range tt.want {
+			if _, err := it.Unary(ctx, nil, benchInfo, noop); ReasonOf(err) != want {
+				t.Errorf("policy %d: call %d: %v, want %q", tt.policy, i, err, want)
+			}
+		}
+		if n := calls.Load(); n != tt.calls {
+			t.Errorf("policy %d: the shared limiter was asked %d times, want %d", tt.policy, n, tt.calls)
+		}
+		if p := it.rates[0].Pre.Peek(it.clientKey(ctx)); p.Remaining != tt.left {
+			t.Errorf("policy %d: local bucket afterwards: %+v, want Remaining %d", tt.policy, p, tt.left)
+		}
+	}
+}
+
+// countingFail is a Limiter that always fails, and counts its calls.
+type countingFail struct{ n *atomic.Int64 }
+
+func (f countingFail) Take(context.Context, string, int) (limits.Decision, error) {
+	f.n.Add(1)
+	return limits.Decision{}, errors.New("store unreachable")
+}
+
+func (countingFail) Refund(context.Context, string, limits.Decision) error { return nil }

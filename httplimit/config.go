@@ -195,7 +195,8 @@ type ErrorPolicy uint8
 const (
 	// FailClosed refuses the request with 503 and reason limiter_error.
 	FailClosed ErrorPolicy = iota
-	// FailOpen serves the request as if it were allowed.
+	// FailOpen serves the request as if the failing limiter had allowed it;
+	// a local limiter of Rate in front of it keeps counting and refusing.
 	FailOpen
 )
 

@@ -263,9 +263,33 @@ const KeylessPolicy = front.KeylessPolicy
 // Handler returns next wrapped in m's layers. Its type makes m.Handler a
 // middleware for net/http's ServeMux and for routers such as chi.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		m.serve(next, w, r)
+	return &handler{m, next}
+}
+
+// handler is next wrapped in m's layers. Its type lets an enclosing
+// Middleware find a route's policies behind a router (routeOf).
+type handler struct {
+	m    *Middleware
+	next http.Handler
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.m.serve(h.next, w, r) }
+
+// routeOf returns the route Middleware of c that next will hand r to, if
+// next is a router that can say which handler serves r (such as
+// http.ServeMux) and that handler is a route's, or nil.
+func (c *core) routeOf(next http.Handler, r *http.Request) *Middleware {
+	rt, ok := next.(interface {
+		Handler(*http.Request) (http.Handler, string)
 	})
+	if !ok {
+		return nil
+	}
+	h, _ := rt.Handler(r)
+	if rh, ok := h.(*handler); ok && rh.m.c == c && rh.m.own > 0 {
+		return rh.m
+	}
+	return nil
 }
 
 // Stats returns a snapshot of m's counters, shared with the Middlewares
@@ -399,6 +423,15 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 	if c.slots != nil {
 		if reason := c.slots.Acquire(addr); reason != "" {
+			if nested {
+				// A route's policies come before per-client concurrency,
+				// as they do where the route is served alone.
+				if rt := c.routeOf(next, r); rt != nil {
+					if charges, ok = m.limit(w, r, addr, rt.rates[len(rt.rates)-rt.own:], charges); !ok {
+						return
+					}
+				}
+			}
 			c.admit.Refund(r.Context(), charges)
 			status := c.inflightStatus
 			if reason == ReasonConcurrencyTableFull {

@@ -91,7 +91,13 @@ func (c *core) setRateHeaders(h http.Header, charges []front.Charge) {
 	var buf [4]rateItem
 	items := buf[:0]
 	for _, c := range charges {
+		if !c.Dec.Allowed {
+			continue // its limiter failed and FailOpen served the request: no state to report
+		}
 		items = append(items, rateItem{name: c.Rate.Item, d: c.Dec, state: true, t: c.Dec.ResetAfter})
+	}
+	if len(items) == 0 {
+		return
 	}
 	c.writeRateHeaders(h, items)
 }

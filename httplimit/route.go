@@ -51,6 +51,14 @@ type Policy struct {
 // Middleware With returns: a request that went through m then has only the
 // route's policies applied by it; one that did not (a route served without
 // m around it) has all the layers applied. Call With before serving.
+//
+// Either way the route's policies come before per-client concurrency: a
+// request over MaxInFlightPerClient that the route's policy would refuse
+// is refused by the policy (rate_limited, with its RateLimit fields). For
+// that, the enclosing m finds the route behind a router that says which
+// handler serves a request, as http.ServeMux does (its Handler method),
+// with the route's Handler registered on it; behind other routers, m
+// applies per-client concurrency before the route's policies.
 func (m *Middleware) With(policies ...Policy) (*Middleware, error) {
 	c := m.c
 	r := &Middleware{c: c, rates: append([]*rateLayer(nil), m.rates...), own: m.own}

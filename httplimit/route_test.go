@@ -3,10 +3,14 @@ package httplimit
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -356,5 +360,144 @@ func TestLoadEnvPrefixes(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s=%q: %v", name, bad, err)
 		}
+	}
+}
+
+// failCounter is a Limiter that always fails, and counts its calls.
+type failCounter struct{ n atomic.Int64 }
+
+func (f *failCounter) Take(context.Context, string, int) (limits.Decision, error) {
+	f.n.Add(1)
+	return limits.Decision{}, errors.New("store unreachable")
+}
+
+func (*failCounter) Refund(context.Context, string, limits.Decision) error { return nil }
+
+// TestLocalBeforeSharedDuringOutage checks that a failure policy speaks for
+// the failing limiter only: under FailOpen the local limiter in front of
+// it keeps counting and refusing, and the shared one is not asked about a
+// request the local one refuses; under FailClosed the refusal gives the
+// local charge back.
+func TestLocalBeforeSharedDuringOutage(t *testing.T) {
+	const key = "a:192.0.2.1/32"
+	for _, tt := range []struct {
+		policy ErrorPolicy
+		want   []int
+		calls  int64
+		left   int // the local bucket's Remaining afterwards
+	}{
+		{FailOpen, []int{200, 200, 429, 429, 429}, 2, 0},
+		{FailClosed, []int{503, 503, 503, 503, 503}, 5, 2},
+	} {
+		shared := &failCounter{}
+		m := mustNew(t, Config{Limiter: shared, Rate: limits.Limit{Events: 2, Period: time.Hour}, OnLimiterError: tt.policy})
+		h := m.Handler(ok)
+		for i, want := range tt.want {
+			if w := serve(h, "192.0.2.1:1", "/"); w.Code != want {
+				t.Errorf("policy %d: request %d: %d, want %d", tt.policy, i, w.Code, want)
+			}
+		}
+		if n := shared.n.Load(); n != tt.calls {
+			t.Errorf("policy %d: the shared limiter was asked %d times, want %d", tt.policy, n, tt.calls)
+		}
+		if p := m.rates[0].Pre.Peek(key); p.Remaining != tt.left {
+			t.Errorf("policy %d: local bucket afterwards: %+v, want Remaining %d", tt.policy, p, tt.left)
+		}
+	}
+
+	// Served under FailOpen, then refused by a later layer: the local charge
+	// is given back, as any other.
+	synctest.Test(t, func(t *testing.T) {
+		block := make(chan struct{})
+		m := mustNew(t, Config{Limiter: &failCounter{}, Rate: limits.Limit{Events: 2, Period: time.Hour},
+			OnLimiterError: FailOpen, MaxInFlightPerClient: 1})
+		h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/slow" {
+				<-block
+			}
+		}))
+		go serve(h, "192.0.2.1:1", "/slow")
+		synctest.Wait()
+		if w := serve(h, "192.0.2.1:1", "/"); w.Code != 429 || problemOf(t, w).Reason != ReasonConcurrencyLimited {
+			t.Errorf("second request: %d %s, want 429 concurrency_limited", w.Code, w.Body.String())
+		}
+		if p := m.rates[0].Pre.Peek(key); p.Remaining != 1 {
+			t.Errorf("local bucket after a concurrency refusal: %+v, want Remaining 1", p)
+		}
+		close(block)
+		synctest.Wait()
+	})
+}
+
+// TestRouteOrderWhereverMounted checks that a route's policies run before
+// per-client concurrency, as documented, whether the route is mounted
+// inside m.Handler or served by its own Handler alone: the same answers,
+// and per-policy Stats that agree.
+func TestRouteOrderWhereverMounted(t *testing.T) {
+	type outcome struct {
+		code                      int
+		reason, retry, rateFields string
+	}
+	run := func(t *testing.T, nested bool) ([]outcome, []PolicyStats) {
+		var got []outcome
+		var stats []PolicyStats
+		synctest.Test(t, func(t *testing.T) {
+			m := mustNew(t, Config{Rate: limits.Limit{Events: 10, Period: time.Hour}, MaxInFlightPerClient: 1})
+			login := mustWith(t, m, Policy{Name: "login", Rate: limits.Limit{Events: 1, Period: time.Hour}})
+			api := mustWith(t, m, Policy{Name: "api", Rate: limits.Limit{Events: 10, Period: time.Hour}})
+			block := make(chan struct{})
+			slow := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-block })
+			mux := http.NewServeMux()
+			mux.Handle("/login", login.Handler(ok))
+			mux.Handle("/api", api.Handler(ok))
+			var h http.Handler = mux
+			if nested {
+				mux.Handle("/slow", slow)
+				h = m.Handler(mux)
+			} else {
+				mux.Handle("/slow", m.Handler(slow))
+			}
+			const a = "192.0.2.1:1"
+			record := func(w *httptest.ResponseRecorder) {
+				o := outcome{code: w.Code, retry: w.Header().Get("Retry-After"), rateFields: w.Header().Get("RateLimit")}
+				if w.Code != 200 {
+					o.reason = problemOf(t, w).Reason
+				}
+				got = append(got, o)
+			}
+			record(serve(h, a, "/login"))
+			go serve(h, a, "/slow")
+			synctest.Wait()
+			record(serve(h, a, "/login"))
+			record(serve(h, a, "/api")) // allowed by its policy, then refused: its charge given back
+			close(block)
+			synctest.Wait()
+			record(serve(h, a, "/api"))
+			synctest.Wait()
+			stats = m.Stats().Policies
+		})
+		return got, stats
+	}
+	want := []outcome{
+		{200, "", "", `"default";r=9;t=360, "login";r=0;t=3600`},
+		{429, ReasonRateLimited, "3600", `"login";r=0;t=3600`},
+		{429, ReasonConcurrencyLimited, "1", ""},
+		{200, "", "", `"default";r=7;t=1080, "api";r=9;t=360`},
+	}
+	var stats [2][]PolicyStats
+	for i, nested := range []bool{true, false} {
+		got, s := run(t, nested)
+		stats[i] = s
+		if len(got) != len(want) {
+			t.Fatalf("nested %v: %d outcomes", nested, len(got))
+		}
+		for j := range want {
+			if got[j] != want[j] {
+				t.Errorf("nested %v: request %d: %+v, want %+v", nested, j, got[j], want[j])
+			}
+		}
+	}
+	if fmt.Sprint(stats[0]) != fmt.Sprint(stats[1]) {
+		t.Errorf("per-policy Stats differ:\nnested %+v\nalone  %+v", stats[0], stats[1])
 	}
 }

@@ -89,9 +89,14 @@ func Admit[R any](ctx context.Context, a *Admission, req R, addr string, layers 
 				if a.OnError != nil {
 					a.OnError(ctx, req, "limiter failed; request served", key, err)
 				}
+				if ch.pre.Allowed {
+					// The local limiter in front keeps counting: its charge
+					// stays, given back only if a later layer refuses.
+					charges = append(charges, ch)
+				}
 				continue
 			}
-			a.Refund(ctx, charges)
+			a.Refund(ctx, append(charges, ch)) // ch: Pre's charge, if any
 			return nil, &Refusal{Reason: ReasonLimiterError, Rate: l.Rate, Key: key, Err: err}
 		}
 		if ch.Dec.Allowed {

@@ -125,8 +125,10 @@ func SFString(s string) (string, bool) {
 
 // Take asks the policy about a request of cost n for key: Pre first, if
 // set, then the limiter. It returns what was charged, with the deciding
-// Decision in Dec, or the limiter's error, in which case nothing stays
-// charged.
+// Decision in Dec, or the limiter's error, in which case the limiter
+// charged nothing but Pre's charge stays in the Charge: a failure policy
+// speaks for the failing limiter only, so the caller keeps it (the request
+// is served as if the limiter had allowed it) or gives it back with Refund.
 func (r *Rate) Take(ctx context.Context, key string, n int) (Charge, error) {
 	c := Charge{Rate: r, Key: key}
 	if r.Pre != nil {
@@ -138,7 +140,7 @@ func (r *Rate) Take(ctx context.Context, key string, n int) (Charge, error) {
 	}
 	var err error
 	c.Dec, err = r.take(ctx, key, n)
-	if r.Pre != nil && (err != nil || !c.Dec.Allowed) {
+	if r.Pre != nil && err == nil && !c.Dec.Allowed {
 		r.Pre.Refund(ctx, key, c.pre)
 		c.pre = limits.Decision{}
 	}
@@ -204,6 +206,9 @@ func (c Charge) Refund(ctx context.Context) error {
 	if c.Rate.Pre != nil {
 		c.Rate.Pre.Refund(ctx, c.Key, c.pre)
 	}
+	if !c.Dec.Allowed {
+		return nil // the limiter failed: Pre's charge was all there was
+	}
 	if c.Rate.local != nil {
 		return c.Rate.local.Refund(ctx, c.Key, c.Dec)
 	}
@@ -213,7 +218,9 @@ func (c Charge) Refund(ctx context.Context) error {
 }
 
 // Charge is what one policy charged one request, or, refused, the
-// Decision that refused it.
+// Decision that refused it. A request served although the policy's
+// limiter failed (FailOpen) keeps a Charge of Pre's charge alone, with a
+// zero Dec.
 type Charge struct {
 	Rate *Rate
 	Key  string
