@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -86,6 +88,10 @@ type Interceptor struct {
 	n      front.Counters
 	admit  front.Admission
 
+	mu     sync.Mutex             // held by Method
+	routes atomic.Pointer[routes] // nil until Method is called
+	other  front.Counters         // the calls of names Method did not register
+
 	// busy holds the refusals that depend on nothing but their reason.
 	busy map[string]refusal
 }
@@ -145,8 +151,13 @@ type Stats struct {
 	// Config.Adaptive is set.
 	Adaptive *adaptive.Stats `json:"adaptive,omitempty"`
 	// Policies holds the counts of each rate policy, in the order they
-	// apply.
+	// apply: Config's, then those of Method, in the order registered.
 	Policies []PolicyStats `json:"policies,omitempty"`
+	// Methods holds the counts of the calls of each name registered with
+	// Method, in the order registered, then of all others (OtherMethods);
+	// nil if Method was never called. Its LimiterError counts refusals
+	// only, not the failures FailOpen served.
+	Methods []MethodStats `json:"methods,omitempty"`
 }
 
 // PolicyStats counts the outcomes of one rate policy, calls and messages
@@ -265,9 +276,10 @@ func (it *Interceptor) Stats() Stats {
 	}
 	s.Gate, s.Adaptive = it.capacity.Stats()
 	s.SharedGate = it.capacity != nil && it.capacity.Shared
-	for _, p := range front.PolicyTotalsOf(it.rates) {
+	for _, p := range front.PolicyTotalsOf(it.policies()) {
 		s.Policies = append(s.Policies, PolicyStats(p))
 	}
+	s.Methods = it.methodStats()
 	return s
 }
 
@@ -293,10 +305,33 @@ func (it *Interceptor) ClientKey(ctx context.Context) string {
 // to unblock an address by hand, say, with the key ClientKey gives. It
 // returns the first error of a limiter that failed, after trying them all.
 func (it *Interceptor) Reset(ctx context.Context, key string) error {
-	if err := front.Reset(ctx, it.rates, key); err != nil {
+	if err := front.Reset(ctx, it.policies(), key); err != nil {
 		return fmt.Errorf("grpclimit: %w", err)
 	}
 	return nil
+}
+
+// policies returns the layers of every policy: Config's, then Method's.
+func (it *Interceptor) policies() []*rateLayer {
+	rs := it.routes.Load()
+	if rs == nil {
+		return it.rates
+	}
+	out := append([]*rateLayer(nil), it.rates...)
+	for _, r := range rs.order {
+		out = append(out, r.own...)
+	}
+	return out
+}
+
+// admitCall applies Config's rate layers to a call, then those of its
+// route rt, if any, all or nothing, appending what they charge to buf.
+func (it *Interceptor) admitCall(c call, addr string, rt *route, buf []front.Charge) ([]front.Charge, *front.Refusal) {
+	charges, ref := front.Admit(c.ctx, &it.admit, c, addr, it.rates, buf)
+	if ref != nil || rt == nil || len(rt.layers) == 0 {
+		return charges, ref
+	}
+	return front.Admit(c.ctx, &it.admit, c, addr, rt.layers, charges)
 }
 
 // hold is what a call holds until its handler returns: its place in the
@@ -393,6 +428,16 @@ func outcome(ctx context.Context, err error) adaptive.Outcome {
 	return adaptive.Success
 }
 
+// count counts an outcome of a call of route rt ("" for allowed,
+// "exempt", or a refusal's reason) in the Interceptor's counters and, once
+// Method has been called, in those of its route.
+func (it *Interceptor) count(rt *route, outcome string) {
+	it.n.Count(outcome)
+	if n := it.counters(rt); n != nil {
+		n.Count(outcome)
+	}
+}
+
 // acquire counts the client addr in slots, or counts and returns the
 // refusal's reason.
 func (it *Interceptor) acquire(slots *front.Slots, addr string) string {
@@ -411,8 +456,9 @@ func (it *Interceptor) acquire(slots *front.Slots, addr string) string {
 // handler only for calls every layer allows, and returns a refusal's
 // status error otherwise.
 func (it *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	rt := it.route(info.FullMethod)
 	if it.exempt(info.FullMethod) {
-		it.n.Exempt.Add(1)
+		it.count(rt, "exempt")
 		return handler(ctx, req)
 	}
 	var q *hold // what the call holds, if any layer makes it hold anything
@@ -434,11 +480,11 @@ func (it *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 		return nil, it.refuse(ctx, tr, info.FullMethod, "", it.busy[ReasonServerBusy])
 	}
 	addr := ""
-	if len(it.rates) > 0 || it.calls != nil {
+	if len(it.rates) > 0 || it.calls != nil || rt != nil && len(rt.layers) > 0 {
 		addr = it.clientKey(ctx)
 	}
 	var buf [3]front.Charge
-	charges, ref := front.Admit(ctx, &it.admit, call{ctx, info.FullMethod}, addr, it.rates, buf[:0])
+	charges, ref := it.admitCall(call{ctx, info.FullMethod}, addr, rt, buf[:0])
 	if ref != nil {
 		return nil, it.refuseRate(ctx, tr, info.FullMethod, ref)
 	}
@@ -449,7 +495,7 @@ func (it *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 		}
 		q.slots, q.client = it.calls, addr
 	}
-	it.n.Allowed.Add(1)
+	it.count(rt, "")
 	if it.timeout > 0 {
 		handedOff = true
 		return it.unaryWithTimeout(q, req, info, handler)

@@ -335,6 +335,69 @@ func TestSharedGateOnce(t *testing.T) {
 	promtest.Lint(t, reg)
 }
 
+// TestMethodRequests checks limits_grpc_method_requests_total: series
+// for the names registered with Method and one for the others, however
+// many methods the clients call, with the refusals of a method's policy
+// under its name.
+func TestMethodRequests(t *testing.T) {
+	it, err := grpclimit.New(grpclimit.Config{Rate: limits.Limit{Events: 100, Period: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := it.Method("/test.Echo/Say", grpclimit.Policy{Name: "say", Rate: limits.Limit{Events: 1, Period: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := grpclimitprom.Register(reg, "rpc", it); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "limits_grpc_method_requests_total"); err != nil || n != 2*11 {
+		t.Errorf("%d series, %v; want 11 outcomes of the method and of the others", n, err)
+	}
+	srv := grpc.NewServer(it.ServerOptions()...)
+	srv.RegisterService(echoDesc(func(string) {}), nil)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for range 3 {
+		var out wrapperspb.StringValue
+		conn.Invoke(context.Background(), "/test.Echo/Say", wrapperspb.String("x"), &out)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		if f.GetName() != "limits_grpc_method_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			got[labels["method"]+" "+labels["outcome"]] = m.GetCounter().GetValue()
+		}
+	}
+	for key, want := range map[string]float64{
+		"/test.Echo/Say allowed": 1, "/test.Echo/Say rate_limited": 2, "other allowed": 0, "other rate_limited": 0,
+	} {
+		if got[key] != want {
+			t.Errorf("%s: %v, want %v", key, got[key], want)
+		}
+	}
+	promtest.Lint(t, reg)
+}
+
 // TestRegisterErrors checks what Register refuses.
 func TestRegisterErrors(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
