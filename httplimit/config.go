@@ -44,8 +44,10 @@ type Config struct {
 	// admits, measured from their admission until the handler returns or
 	// calls ReleaseCapacity. A request refused by a later layer does not
 	// count; with Timeout, one past its deadline, or answered 503 or 504
-	// by the handler, counts as a sign of overload (adaptive.Dropped);
-	// without Timeout the handler's status is not seen. A request whose
+	// by the handler (with or without Timeout: the handler's writer sees
+	// its status), counts as a sign of overload (adaptive.Dropped); a
+	// request whose connection the handler hijacks counts as served at
+	// the hijack. A request whose
 	// client left, or that panicked, does not count. The limit starts from
 	// Adaptive.Initial, or the ceiling, and unless Adaptive.ProbeEvery < 0
 	// is halved at once to measure the baseline latency, again while that

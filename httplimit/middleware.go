@@ -321,6 +321,7 @@ type request struct {
 	context.Context
 	c       *core
 	held    front.Held // the request's place in the gate
+	w       writer     // the handler's ResponseWriter, with a gate and no Timeout
 	slots   *front.Slots
 	client  string         // the address key, counted in slots if slots is set
 	charges []front.Charge // what the rate layers charged, for a route's later refusal
@@ -355,10 +356,15 @@ func (q *request) release(o adaptive.Outcome) {
 
 // ReleaseCapacity gives back the place r holds in the Middleware's gate
 // before its handler returns, so that a long-lived request, such as a
-// WebSocket after its upgrade or a stream, no longer counts against
-// MaxInFlight once its costly part is done. It is idempotent, safe for
-// concurrent use, and does nothing for requests that hold no place. The
-// request's per-client count, if any, is kept until the handler returns.
+// stream, no longer counts against MaxInFlight once its costly part is
+// done. A request whose connection is hijacked (a WebSocket upgrade)
+// needs no call: its place is given back at the hijack, when it goes
+// through the ResponseWriter the Middleware passed (w.(http.Hijacker) or
+// http.ResponseController, as WebSocket libraries do). It is idempotent,
+// safe for concurrent use, and does nothing for requests that hold no
+// place. The request's per-client count, if any, is kept until the
+// handler returns, hijacked or not: MaxInFlightPerClient then caps the
+// sockets a client has open at once.
 func ReleaseCapacity(r *http.Request) {
 	if q, ok := r.Context().Value(requestKey{}).(*request); ok {
 		q.held.Leave(adaptive.Success)
@@ -457,8 +463,16 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		c.serveWithTimeout(next, w, r, q)
 		return
 	}
-	next.ServeHTTP(w, r)
-	outcome = adaptive.Success
+	if c.capacity == nil {
+		next.ServeHTTP(w, r)
+		outcome = adaptive.Success
+		return
+	}
+	// The handler writes through q.w, which sees its status and gives the
+	// place back if it hijacks the connection.
+	q.w = writer{ResponseWriter: w, q: q}
+	next.ServeHTTP(&q.w, r)
+	outcome = q.w.outcome()
 }
 
 // admit applies the rate layers to a request that holds nothing else, and
