@@ -149,7 +149,8 @@ func BenchmarkHot1024(b *testing.B) {
 
 // BenchmarkGate measures a Gate's TryEnter and Release, serially and from 8
 // goroutines, against a sync.Mutex around an int, the least a shared
-// counter of callers inside can cost.
+// counter of callers inside can cost; and TryEnterPriority and Release of
+// a sheddable caller at a gate with places reserved.
 func BenchmarkGate(b *testing.B) {
 	keys := hotKeys()
 	g, _ := NewGate(1 << 20)
@@ -167,10 +168,17 @@ func BenchmarkGate(b *testing.B) {
 		p, _ := g.TryEnter()
 		p.Release()
 	}
+	r, _ := NewGate(1<<20, WithReserve(PriorityCritical, 1<<10))
+	reserved := func(string) {
+		p, _ := r.TryEnterPriority(PrioritySheddable)
+		p.Release()
+	}
 	b.Run("MutexCounter", func(b *testing.B) { runSerial(b, keys, mutexCounter) })
 	b.Run("MutexCounter/parallel", func(b *testing.B) { runParallel(b, keys, mutexCounter) })
 	b.Run("Gate.TryEnterRelease", func(b *testing.B) { runSerial(b, keys, gate) })
 	b.Run("Gate.TryEnterRelease/parallel", func(b *testing.B) { runParallel(b, keys, gate) })
+	b.Run("Gate.TryEnterPriorityRelease", func(b *testing.B) { runSerial(b, keys, reserved) })
+	b.Run("Gate.TryEnterPriorityRelease/parallel", func(b *testing.B) { runParallel(b, keys, reserved) })
 }
 
 // BenchmarkMemory reports the bytes each structure holds: the heap of the

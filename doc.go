@@ -18,7 +18,8 @@
 //   - Can this process take one more request now? That is survival, and no
 //     per-caller count answers it: a hundred well-behaved callers can each
 //     pass their own limit and together sink the machine. Gate caps the
-//     requests in flight in the whole process; Inflight estimates them per
+//     requests in flight in the whole process, with places kept for the
+//     critical ones (WithReserve, Priority); Inflight estimates them per
 //     key.
 //
 // Limiter is the contract between the limiters (GCRA in this process,

@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -27,17 +28,36 @@ import (
 // the one that has waited longest, under a lock. The count inside never
 // exceeds the maximum, and the counters are exact.
 //
+// Callers come in classes (Priority): TryEnter and Enter are for
+// PriorityDefault, TryEnterPriority and EnterPriority for any class. With
+// WithReserve, the gate keeps places that lower classes may not take, so
+// that under a flood of sheddable work the critical work still gets in: a
+// class may take a place only while fewer than Max less reserved(class)
+// callers are inside, where reserved(class) is the sum of the reserves of
+// the classes above it.
+//
 // A Gate fails closed: when it cannot admit, it refuses. All methods are
 // safe for concurrent use. The zero value is not usable; call NewGate.
 type Gate struct {
 	inside atomic.Int64 // callers holding a place
-	max    atomic.Int64 // the most admitted at once
+	// lim[c] is the most callers inside below which class c may enter:
+	// max less the places reserved for the classes above c.
+	lim [numClasses]atomic.Int64
+	max atomic.Int64 // the most admitted at once
+
+	// The reserves given to NewGate, by class, and the max they were
+	// given for; SetMax scales them.
+	reserve0 [numClasses]int64
+	max0     int64
 	// nwait counts the callers in Enter's wait, or about to be: a Release
 	// that sees it at 0 after freeing a place has no one to hand it to.
 	nwait atomic.Int64
 
 	mu      sync.Mutex
 	waiters []*gateWaiter // first come, first served; guarded by mu
+	// queued is len(waiters), written under mu, for Stats: nwait may
+	// count a caller that has not joined the queue, and will not.
+	queued atomic.Int64
 
 	// AdaptWait's state. Times are nanoseconds on the gate's own clock,
 	// which starts at epoch.
@@ -47,8 +67,8 @@ type Gate struct {
 	judge    waitJudge    // guarded by mu
 
 	peak      atomic.Int64
-	admitted  atomic.Uint64
-	shed      atomic.Uint64
+	admitted  [numClasses]atomic.Uint64
+	shed      [numClasses]atomic.Uint64
 	timedOut  atomic.Uint64
 	waited    atomic.Uint64
 	waitNanos atomic.Int64
@@ -75,8 +95,86 @@ const (
 
 // gateWaiter is a caller waiting in Enter for a place.
 type gateWaiter struct {
-	granted chan struct{} // receives once the place is the waiter's
-	start   int64         // when it began to wait, on the gate's clock
+	// granted receives once: true when the place is the waiter's, false
+	// when its place in the queue went to a caller of a higher class.
+	granted chan bool
+	start   int64    // when it began to wait, on the gate's clock
+	class   Priority // the caller's
+}
+
+// Priority is the class of a caller at a Gate: with WithReserve, a gate
+// keeps places that only the classes at or above a priority may take. The
+// classes are PrioritySheddable, PriorityDefault and PriorityCritical, in
+// the manner of gRPC's and Google SRE's criticality. The zero value is
+// PriorityDefault. A Gate takes a Priority above PriorityCritical as
+// PriorityCritical and one below PrioritySheddable as PrioritySheddable.
+type Priority int8
+
+const (
+	// PrioritySheddable is for work that may be refused first under
+	// overload: prefetches, batch jobs, retries of an idempotent request.
+	PrioritySheddable Priority = -1
+	// PriorityDefault is the class of TryEnter and Enter.
+	PriorityDefault Priority = 0
+	// PriorityCritical is for the cheap, valuable work that must get in
+	// under overload: a reconnect, joining an existing session, a health
+	// check.
+	PriorityCritical Priority = 1
+)
+
+// numClasses is the number of classes; a class's index is its Priority
+// less PrioritySheddable.
+const numClasses = int(PriorityCritical-PrioritySheddable) + 1
+
+// String returns "sheddable", "default" or "critical", the class's name as
+// metrics label it, or "Priority(n)" for another value.
+func (p Priority) String() string {
+	switch p {
+	case PrioritySheddable:
+		return "sheddable"
+	case PriorityDefault:
+		return "default"
+	case PriorityCritical:
+		return "critical"
+	}
+	return fmt.Sprintf("Priority(%d)", int8(p))
+}
+
+// class returns p's index, taking a value out of range as the nearest
+// class.
+func (p Priority) class() int {
+	return min(max(int(p)-int(PrioritySheddable), 0), numClasses-1)
+}
+
+// reserve is what one WithReserve gave.
+type reserve struct {
+	p Priority
+	n int
+}
+
+// WithReserve is an Option of NewGate: it keeps n of the gate's places for
+// the callers of class p and above, so that the classes below p may not
+// take them. A class may take a place only while fewer than Max less
+// reserved(class) callers are inside, reserved(class) being the sum of the
+// reserves of the classes above it: with NewGate(60,
+// WithReserve(PriorityCritical, 12)), default and sheddable callers take
+// at most 48 places, and critical ones all 60. p is PriorityDefault or
+// PriorityCritical (the lowest class has nobody below it to keep places
+// from); n >= 0; and the reserves together must leave at least one place
+// for PrioritySheddable. NewGate returns an error naming the option
+// otherwise. Given twice for one class, the last one counts. There are no
+// reserves by default.
+//
+// When SetMax moves the limit (as package adaptive does), the reserves
+// scale with it: at a limit of m, the reserve of p is n*m/max rounded to
+// the nearest place, max being the size given to NewGate, and at least 1
+// while n > 0; if the reserves would then leave less than one place for
+// PrioritySheddable, the lower one (PriorityDefault's) is cut first, then
+// PriorityCritical's, so that a gate of 1 has no reserve.
+func WithReserve(p Priority, n int) Option {
+	return optionFunc(func(o *options) {
+		o.reserves, o.set = append(o.reserves, reserve{p, n}), o.set|optReserve
+	})
 }
 
 // GateStats is a snapshot of a Gate's counters, in callers unless said
@@ -89,11 +187,14 @@ type GateStats struct {
 	InFlight int `json:"in_flight"`
 	// Peak is the highest InFlight seen.
 	Peak int `json:"peak"`
-	// Waiting is the number of callers waiting in Enter now.
+	// Waiting is the number of callers waiting in Enter now: at most Max,
+	// unless SetMax lowered Max below the callers already waiting.
 	Waiting int `json:"waiting"`
-	// Admitted counts the callers let in.
+	// Admitted counts the callers let in, of all classes.
 	Admitted uint64 `json:"admitted"`
-	// Shed counts the callers refused without waiting.
+	// Shed counts the callers refused without waiting, of all classes,
+	// and the waiters whose place in the queue went to a caller of a
+	// higher class (see EnterPriority).
 	Shed uint64 `json:"shed"`
 	// TimedOut counts the callers that waited and gave up, because the wait
 	// allowed ran out or their context ended.
@@ -109,41 +210,124 @@ type GateStats struct {
 	Overloaded bool `json:"overloaded"`
 	// Overloads counts the times Enter began to refuse at once.
 	Overloads uint64 `json:"overloads"`
+	// Classes holds each class's figures, lowest first: Classes[0] is
+	// PrioritySheddable, Classes[1] PriorityDefault, Classes[2]
+	// PriorityCritical. Their Admitted and Shed add up to the gate's.
+	Classes [numClasses]GateClassStats `json:"classes"`
 }
 
-// NewGate returns a Gate admitting at most max callers at once, or an
-// error wrapping ErrInvalidLimit if max < 1.
-func NewGate(max int) (*Gate, error) {
+// GateClassStats is the part of a GateStats about one class of callers.
+type GateClassStats struct {
+	// Priority is the class.
+	Priority Priority `json:"priority"`
+	// Limit is the most callers inside below which the class may enter
+	// now: Max less the places reserved for the classes above it.
+	Limit int `json:"limit"`
+	// Admitted counts the callers of the class let in.
+	Admitted uint64 `json:"admitted"`
+	// Shed counts the callers of the class refused without waiting, or
+	// whose place in the queue went to a caller of a higher class. Those
+	// that waited and gave up are counted in GateStats.TimedOut only.
+	Shed uint64 `json:"shed"`
+}
+
+// NewGate returns a Gate admitting at most max callers at once, with the
+// reserves of WithReserve, its only option. It returns an error wrapping
+// ErrInvalidLimit if max < 1, if a reserve is not valid (the error names
+// the option) or if an option does not apply to a Gate.
+func NewGate(max int, opts ...Option) (*Gate, error) {
 	if max < 1 {
 		return nil, fmt.Errorf("%w: gate size must be >= 1, got %d", ErrInvalidLimit, max)
 	}
-	g := &Gate{epoch: time.Now()}
-	g.max.Store(int64(max))
+	var o options
+	if err := collect(&o, opts, optReserve, "a Gate"); err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidLimit, err)
+	}
+	g := &Gate{epoch: time.Now(), max0: int64(max)}
+	sum := 0
+	for _, r := range o.reserves {
+		if r.p != PriorityDefault && r.p != PriorityCritical {
+			return nil, fmt.Errorf("%w: WithReserve(%v, %d): the priority must be PriorityDefault or PriorityCritical", ErrInvalidLimit, r.p, r.n)
+		}
+		if r.n < 0 {
+			return nil, fmt.Errorf("%w: WithReserve(%v, %d): the places reserved must be >= 0", ErrInvalidLimit, r.p, r.n)
+		}
+		c := r.p.class()
+		sum += r.n - int(g.reserve0[c])
+		g.reserve0[c] = int64(r.n)
+	}
+	if sum >= max {
+		return nil, fmt.Errorf("%w: WithReserve: %d places reserved in a gate of %d leave none for PrioritySheddable", ErrInvalidLimit, sum, max)
+	}
+	g.setMaxLocked(int64(max))
 	return g, nil
+}
+
+// setMaxLocked sets the gate's size and each class's limit, scaling the
+// reserves as WithReserve documents. g.mu is held, or g is not shared yet.
+func (g *Gate) setMaxLocked(m int64) int64 {
+	var res [numClasses]int64
+	sum := int64(0)
+	for c, n := range g.reserve0 {
+		if n > 0 {
+			// n*m/max0 rounded, in 128 bits: n < max0, so it fits in m.
+			hi, lo := bits.Mul64(uint64(n), uint64(m))
+			lo, carry := bits.Add64(lo, uint64(g.max0/2), 0)
+			q, _ := bits.Div64(hi+carry, lo, uint64(g.max0))
+			res[c] = max(int64(q), 1)
+			sum += res[c]
+		}
+	}
+	// Leave a place for the lowest class: cut the lowest reserves first.
+	for c := 1; c < numClasses && sum > m-1; c++ {
+		cut := min(res[c], sum-(m-1))
+		res[c] -= cut
+		sum -= cut
+	}
+	above := int64(0)
+	for c := numClasses - 1; c >= 0; c-- {
+		g.lim[c].Store(m - above)
+		above += res[c]
+	}
+	return g.max.Swap(m)
 }
 
 // now returns the time on g's clock.
 func (g *Gate) now() int64 { return int64(time.Since(g.epoch)) }
 
-// TryEnter lets the caller in if there is room, without waiting. It returns
-// false if the gate is full.
+// TryEnter lets the caller in if there is room, without waiting, as
+// TryEnterPriority(PriorityDefault) does. It returns false if the gate is
+// full.
 func (g *Gate) TryEnter() (Permit, bool) {
-	if !g.acquire() {
-		g.shed.Add(1)
+	if !g.acquire(PriorityDefault, true) {
 		return Permit{}, false
 	}
 	return Permit{g: g}, true
 }
 
-// acquire takes a place if one is free, and records the admission.
-func (g *Gate) acquire() bool {
+// TryEnterPriority lets a caller of class p in if there is a place its
+// class may take, without waiting. It returns false if there is none.
+func (g *Gate) TryEnterPriority(p Priority) (Permit, bool) {
+	if !g.acquire(p, true) {
+		return Permit{}, false
+	}
+	return Permit{g: g}, true
+}
+
+// acquire takes a place if class p may take one, and records the
+// admission, or the refusal if shed.
+func (g *Gate) acquire(p Priority, shed bool) bool {
+	c := p.class()
 	for {
 		n := g.inside.Load()
-		if n >= g.max.Load() {
+		if n >= g.lim[c].Load() {
+			if shed {
+				g.shed[c].Add(1)
+			}
 			return false
 		}
 		if g.inside.CompareAndSwap(n, n+1) {
-			g.admitted.Add(1)
+			g.admitted[c].Add(1)
 			for p := g.peak.Load(); n+1 > p && !g.peak.CompareAndSwap(p, n+1); p = g.peak.Load() {
 			}
 			return true
@@ -151,20 +335,33 @@ func (g *Gate) acquire() bool {
 	}
 }
 
-// Enter lets the caller in, waiting at most wait for room, and reports
-// whether it did. It refuses at once if the gate is full and wait <= 0, or
-// as many callers as the gate admits are waiting already, or AdaptWait
-// has judged the gate overloaded (counted as Shed); otherwise it gives up
-// when the gate has stayed full for the whole wait or ctx ends first
-// (counted as TimedOut; ctx.Err tells which). Waiting callers are let in
-// first come, first served; a caller that does not wait (TryEnter) may
-// take a place freed between two waiters.
+// Enter lets the caller in, waiting at most wait for room, as
+// EnterPriority(ctx, wait, PriorityDefault) does, and reports whether it
+// did. It refuses at once if the gate is full and wait <= 0, or as many
+// callers as the gate admits are waiting already, or AdaptWait has judged
+// the gate overloaded (counted as Shed); otherwise it gives up when the
+// gate has stayed full for the whole wait or ctx ends first (counted as
+// TimedOut; ctx.Err tells which). Waiting callers are let in first come,
+// first served; a caller that does not wait (TryEnter) may take a place
+// freed between two waiters.
 func (g *Gate) Enter(ctx context.Context, wait time.Duration) (Permit, bool) {
-	if g.acquire() {
+	return g.EnterPriority(ctx, wait, PriorityDefault)
+}
+
+// EnterPriority lets a caller of class p in, waiting at most wait for a
+// place its class may take, as Enter does for PriorityDefault. A place
+// freed while callers wait goes to the one that has waited longest among
+// those whose class may take it. A caller that finds the queue full takes
+// the place in it of the waiter of the lowest class below its own that
+// came last, if there is one, and that waiter is refused at once (counted
+// as Shed, of its class); otherwise it is refused itself.
+func (g *Gate) EnterPriority(ctx context.Context, wait time.Duration, p Priority) (Permit, bool) {
+	c := p.class()
+	if g.acquire(p, false) {
 		return Permit{g: g}, true
 	}
 	if wait <= 0 {
-		g.shed.Add(1)
+		g.shed[c].Add(1)
 		return Permit{}, false
 	}
 	var now int64
@@ -172,7 +369,7 @@ func (g *Gate) Enter(ctx context.Context, wait time.Duration) (Permit, bool) {
 	if adapt {
 		now = g.now()
 		if now < g.cutUntil.Load() {
-			g.shed.Add(1)
+			g.shed[c].Add(1)
 			return Permit{}, false
 		}
 	}
@@ -180,29 +377,33 @@ func (g *Gate) Enter(ctx context.Context, wait time.Duration) (Permit, bool) {
 	// Count in as waiting before looking again, so that a Release that
 	// frees a place after this look sees a waiter to hand it to.
 	g.nwait.Add(1)
-	if g.acquire() {
+	if g.acquire(p, false) {
 		g.nwait.Add(-1)
 		g.mu.Unlock()
 		return Permit{g: g}, true
 	}
-	if len(g.waiters) >= int(g.max.Load()) || (adapt && g.judgeLocked(now)) {
-		g.nwait.Add(-1)
-		g.mu.Unlock()
-		g.shed.Add(1)
-		return Permit{}, false
-	}
 	if !adapt {
 		now = g.now()
 	}
-	w := &gateWaiter{granted: make(chan struct{}, 1), start: now}
+	if (adapt && g.judgeLocked(now)) || (len(g.waiters) >= int(g.max.Load()) && !g.evictLocked(c, now)) {
+		g.nwait.Add(-1)
+		g.mu.Unlock()
+		g.shed[c].Add(1)
+		return Permit{}, false
+	}
+	w := &gateWaiter{granted: make(chan bool, 1), start: now, class: p}
 	g.waiters = append(g.waiters, w)
+	g.queued.Store(int64(len(g.waiters)))
 	g.mu.Unlock()
 
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	expired := false
 	select {
-	case <-w.granted:
+	case ok := <-w.granted:
+		if !ok {
+			return Permit{}, false // counted by evictLocked
+		}
 		g.waitedFor(w, g.now())
 		return Permit{g: g}, true
 	case <-timer.C:
@@ -212,11 +413,12 @@ func (g *Gate) Enter(ctx context.Context, wait time.Duration) (Permit, bool) {
 	end := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.waitedFor(w, end)
 	for i, o := range g.waiters {
 		if o == w {
 			g.waiters = slices.Delete(g.waiters, i, i+1)
+			g.queued.Store(int64(len(g.waiters)))
 			g.nwait.Add(-1)
+			g.waitedFor(w, end)
 			g.timedOut.Add(1)
 			if g.interval.Load() > 0 && w.start >= g.judge.since {
 				g.judge.waited++
@@ -228,8 +430,35 @@ func (g *Gate) Enter(ctx context.Context, wait time.Duration) (Permit, bool) {
 			return Permit{}, false
 		}
 	}
-	// Granted a place as the wait ended: take it.
+	// Granted a place, or refused, as the wait ended.
+	if !<-w.granted {
+		return Permit{}, false
+	}
+	g.waitedFor(w, end)
 	return Permit{g: g}, true
+}
+
+// evictLocked makes room in the full queue for a caller of class c: it
+// refuses the waiter of the lowest class below c that came last, if there
+// is one, and reports whether it did. g.mu is held.
+func (g *Gate) evictLocked(c int, now int64) bool {
+	at := -1
+	for i := len(g.waiters) - 1; i >= 0; i-- {
+		if k := g.waiters[i].class.class(); k < c && (at < 0 || k < g.waiters[at].class.class()) {
+			at = i
+		}
+	}
+	if at < 0 {
+		return false
+	}
+	w := g.waiters[at]
+	g.waiters = slices.Delete(g.waiters, at, at+1)
+	g.queued.Store(int64(len(g.waiters)))
+	g.nwait.Add(-1)
+	g.waitedFor(w, now)
+	g.shed[w.class.class()].Add(1)
+	w.granted <- false
+	return true
 }
 
 // waitedFor counts a wait that began at w.start and ended at end.
@@ -249,7 +478,11 @@ func (g *Gate) waitedFor(w *gateWaiter, end int64) {
 // overload persists, each refusal period lasts twice as long as the one
 // before, up to 16 intervals, so that under steady overload only about one
 // caller in seventeen that finds the gate full is made to wait. An interval
-// of 100ms, twenty times a wait of 5ms, suits most services; interval <= 0
+// of 100ms, twenty times a wait of 5ms, suits most services. Only the
+// interval just ended is judged: an interval's counts are judged when the
+// first caller after its end waits or stops waiting, and dropped if that
+// is more than an interval after its end, so that a caller after a quiet
+// spell is never refused for an overload long past. Interval <= 0
 // turns adaptation off, the default, and ends a refusal period at once.
 // TryEnter, which never waits, is unaffected.
 func (g *Gate) AdaptWait(interval time.Duration) {
@@ -268,7 +501,10 @@ func (g *Gate) judgeLocked(now int64) bool {
 	if now-j.since < iv {
 		return false
 	}
-	standing := j.waited >= judgeMin && 3*j.gaveUp > j.waited
+	// Judged when the next caller waits or stops waiting: if that is more
+	// than an interval after the counted one ended, the interval just
+	// ended saw no wait end, and the counts, however bad, are history.
+	standing := now-j.since < 2*iv && j.waited >= judgeMin && 3*j.gaveUp > j.waited
 	j.waited, j.gaveUp, j.since = 0, 0, now
 	if !standing {
 		return false
@@ -299,22 +535,33 @@ func (g *Gate) release() {
 	g.grant()
 }
 
-// grant hands free places to the callers waiting longest. g.mu is held.
+// grant hands free places to the callers waiting longest whose class may
+// take them. g.mu is held.
 func (g *Gate) grant() {
-	for len(g.waiters) > 0 && g.acquire() {
-		w := g.waiters[0]
-		g.waiters = g.waiters[1:]
+	for i := 0; i < len(g.waiters) && g.inside.Load() < g.lim[numClasses-1].Load(); {
+		w := g.waiters[i]
+		if !g.acquire(w.class, false) {
+			i++
+			continue
+		}
+		if i == 0 {
+			g.waiters = g.waiters[1:]
+		} else {
+			g.waiters = slices.Delete(g.waiters, i, i+1)
+		}
+		g.queued.Store(int64(len(g.waiters)))
 		g.nwait.Add(-1)
 		if w.start >= g.judge.since {
 			g.judge.waited++
 		}
-		w.granted <- struct{}{}
+		w.granted <- true
 	}
 }
 
 // SetMax changes the most callers g admits at once, such as a controller
 // that finds the process's capacity from latency does (package adaptive),
-// and returns the previous maximum. It panics if max < 1. A larger maximum
+// and returns the previous maximum. It panics if max < 1. The reserves of
+// WithReserve scale with it, as that option documents. A larger maximum
 // lets waiting callers in at once; a smaller one admits nobody new until
 // enough callers inside have left, and never turns anyone out. At most
 // max callers may wait.
@@ -322,12 +569,10 @@ func (g *Gate) SetMax(max int) int {
 	if max < 1 {
 		panic(fmt.Sprintf("limits: gate size must be >= 1, got %d", max))
 	}
-	old := g.max.Swap(int64(max))
-	if int64(max) > old && g.nwait.Load() > 0 {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		g.grant()
-	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.setMaxLocked(int64(max))
+	g.grant()
 	return int(old)
 }
 
@@ -338,19 +583,29 @@ func (g *Gate) InFlight() int { return int(g.inside.Load()) }
 // Stats returns a snapshot of g's counters. Each counter is read
 // atomically, but not all at the same instant.
 func (g *Gate) Stats() GateStats {
-	return GateStats{
+	s := GateStats{
 		Max:        int(g.max.Load()),
 		InFlight:   int(g.inside.Load()),
 		Peak:       int(g.peak.Load()),
-		Waiting:    int(g.nwait.Load()),
-		Admitted:   g.admitted.Load(),
-		Shed:       g.shed.Load(),
+		Waiting:    int(g.queued.Load()),
 		TimedOut:   g.timedOut.Load(),
 		Waited:     g.waited.Load(),
 		WaitTime:   time.Duration(g.waitNanos.Load()),
 		Overloaded: g.interval.Load() > 0 && g.now() < g.cutUntil.Load(),
 		Overloads:  g.overloads.Load(),
 	}
+	for c := range s.Classes {
+		cs := GateClassStats{
+			Priority: PrioritySheddable + Priority(c),
+			Limit:    int(g.lim[c].Load()),
+			Admitted: g.admitted[c].Load(),
+			Shed:     g.shed[c].Load(),
+		}
+		s.Classes[c] = cs
+		s.Admitted += cs.Admitted
+		s.Shed += cs.Shed
+	}
+	return s
 }
 
 // Permit is a caller's place in a Gate, given back by Release.

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -59,7 +62,8 @@ func TestGateTryEnter(t *testing.T) {
 	c.Release()
 	var zero Permit
 	zero.Release()
-	want := GateStats{Max: 2, InFlight: 0, Peak: 2, Admitted: 3, Shed: 2}
+	want := GateStats{Max: 2, InFlight: 0, Peak: 2, Admitted: 3, Shed: 2,
+		Classes: [3]GateClassStats{{PrioritySheddable, 2, 0, 0}, {PriorityDefault, 2, 3, 2}, {PriorityCritical, 2, 0, 0}}}
 	if got := g.Stats(); got != want {
 		t.Errorf("Stats = %+v, want %+v", got, want)
 	}
@@ -109,7 +113,8 @@ func TestGateEnterWaits(t *testing.T) {
 		}
 		q.Release()
 		// Waits of 5ms (let in), 10ms and 2ms (given up).
-		want := GateStats{Max: 1, Peak: 1, Admitted: 2, Shed: 1, TimedOut: 2, Waited: 3, WaitTime: 17 * time.Millisecond}
+		want := GateStats{Max: 1, Peak: 1, Admitted: 2, Shed: 1, TimedOut: 2, Waited: 3, WaitTime: 17 * time.Millisecond,
+			Classes: [3]GateClassStats{{PrioritySheddable, 1, 0, 0}, {PriorityDefault, 1, 2, 1}, {PriorityCritical, 1, 0, 0}}}
 		if got := g.Stats(); got != want {
 			t.Errorf("Stats = %+v, want %+v", got, want)
 		}
@@ -196,6 +201,19 @@ func TestGateAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("TryEnter and Release allocate %v times per run, want 0", allocs)
+	}
+	r, err := NewGate(8, WithReserve(PriorityCritical, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs = testing.AllocsPerRun(1000, func() {
+		p, _ := r.TryEnterPriority(PrioritySheddable)
+		p.Release()
+		r.TryEnterPriority(PrioritySheddable)
+		r.Stats()
+	})
+	if allocs != 0 {
+		t.Errorf("TryEnterPriority, Release and Stats allocate %v times per run, want 0", allocs)
 	}
 }
 
@@ -538,5 +556,574 @@ func TestGateAdaptWaitConcurrent(t *testing.T) {
 	}
 	if s.Waited < s.TimedOut {
 		t.Errorf("Waited %d < TimedOut %d", s.Waited, s.TimedOut)
+	}
+}
+
+func TestNewGateReserveErrors(t *testing.T) {
+	for _, c := range []struct {
+		max  int
+		opts []Option
+		want string
+	}{
+		{10, []Option{WithReserve(PriorityCritical, -1)}, "limits: invalid limit: WithReserve(critical, -1): the places reserved must be >= 0"},
+		{10, []Option{WithReserve(PrioritySheddable, 2)}, "limits: invalid limit: WithReserve(sheddable, 2): the priority must be PriorityDefault or PriorityCritical"},
+		{10, []Option{WithReserve(Priority(5), 2)}, "limits: invalid limit: WithReserve(Priority(5), 2): the priority must be PriorityDefault or PriorityCritical"},
+		{10, []Option{WithReserve(PriorityCritical, 10)}, "limits: invalid limit: WithReserve: 10 places reserved in a gate of 10 leave none for PrioritySheddable"},
+		{10, []Option{WithReserve(PriorityCritical, 6), WithReserve(PriorityDefault, 4)}, "limits: invalid limit: WithReserve: 10 places reserved in a gate of 10 leave none for PrioritySheddable"},
+		{10, []Option{WithBurst(3)}, "limits: invalid limit: WithBurst does not apply to a Gate"},
+	} {
+		g, err := NewGate(c.max, c.opts...)
+		if g != nil || !errors.Is(err, ErrInvalidLimit) || err.Error() != c.want {
+			t.Errorf("NewGate(%d, ...) = %v, %v, want the error %q", c.max, g, err, c.want)
+		}
+	}
+	// Given twice, the last reserve of a class counts.
+	g, err := NewGate(10, WithReserve(PriorityCritical, 9), WithReserve(PriorityCritical, 2), WithReserve(PriorityDefault, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := classLimits(g); got != [3]int{8, 8, 10} {
+		t.Errorf("class limits %v, want [8 8 10]", got)
+	}
+}
+
+// classLimits returns g's limit of each class, lowest first.
+func classLimits(g *Gate) (l [3]int) {
+	for c, s := range g.Stats().Classes {
+		l[c] = s.Limit
+	}
+	return l
+}
+
+// TestGateSeedReserve is seed 001's case: a gate of 60 with 12 places only
+// reconnects (critical) may take leaves 48 for new sockets.
+func TestGateSeedReserve(t *testing.T) {
+	g, err := NewGate(60, WithReserve(PriorityCritical, 12))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []*Permit
+	take := func(p Priority, n int) (admitted int) {
+		for range n {
+			q, ok := g.TryEnterPriority(p)
+			if ok {
+				held = append(held, &q)
+				admitted++
+			}
+		}
+		return admitted
+	}
+	if got := take(PrioritySheddable, 30); got != 30 {
+		t.Errorf("sheddable: %d of 30 admitted", got)
+	}
+	if got := take(PriorityDefault, 30); got != 18 {
+		t.Errorf("default: %d of 30 admitted, want the 18 left of 48", got)
+	}
+	if _, ok := g.TryEnter(); ok {
+		t.Error("TryEnter took a reserved place")
+	}
+	if got := take(PriorityCritical, 13); got != 12 {
+		t.Errorf("critical: %d of 13 admitted, want the 12 reserved", got)
+	}
+	want := [3]GateClassStats{
+		{PrioritySheddable, 48, 30, 0},
+		{PriorityDefault, 48, 18, 13},
+		{PriorityCritical, 60, 12, 1},
+	}
+	s := g.Stats()
+	if s.Classes != want || s.Admitted != 60 || s.Shed != 14 || s.InFlight != 60 {
+		t.Errorf("Stats = %+v, want classes %+v", s, want)
+	}
+	// A place freed by a critical caller is not one the others may take.
+	held[len(held)-1].Release()
+	if _, ok := g.TryEnterPriority(PrioritySheddable); ok {
+		t.Error("a sheddable caller took a place freed in the reserve")
+	}
+	// The rule counts every caller inside: with 11 critical callers and
+	// 47 others inside, the others may not take a 48th place.
+	held[0].Release()
+	if _, ok := g.TryEnterPriority(PrioritySheddable); ok {
+		t.Error("a sheddable caller entered with 58 inside")
+	}
+	for _, q := range held[48:] {
+		q.Release()
+	}
+	if _, ok := g.TryEnterPriority(PrioritySheddable); !ok {
+		t.Error("a sheddable caller was refused with 47 inside")
+	}
+	// A priority out of range counts as the nearest class.
+	if _, ok := g.TryEnterPriority(Priority(127)); !ok {
+		t.Error("Priority(127) was not taken as critical")
+	}
+	if _, ok := g.TryEnterPriority(Priority(-128)); ok || g.Stats().Classes[0].Shed != 3 {
+		t.Errorf("Priority(-128) not counted as sheddable: %+v", g.Stats().Classes)
+	}
+}
+
+// TestGateReserveLevels checks reserves of two classes: PriorityDefault's
+// keeps places from sheddable callers only.
+func TestGateReserveLevels(t *testing.T) {
+	g, err := NewGate(10, WithReserve(PriorityCritical, 2), WithReserve(PriorityDefault, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := classLimits(g); got != [3]int{5, 8, 10} {
+		t.Errorf("class limits %v, want [5 8 10]", got)
+	}
+	n := func(p Priority) (k int) {
+		for {
+			if _, ok := g.TryEnterPriority(p); !ok {
+				return k
+			}
+			k++
+		}
+	}
+	if a, b, c := n(PrioritySheddable), n(PriorityDefault), n(PriorityCritical); a != 5 || b != 3 || c != 2 {
+		t.Errorf("admitted %d sheddable, %d default, %d critical; want 5, 3, 2", a, b, c)
+	}
+}
+
+// TestGateReserveFlood floods a gate of 60 with 12 reserved for critical
+// callers with sheddable ones from many goroutines: every critical caller
+// is let in, for at most 48 places are ever taken by the others.
+func TestGateReserveFlood(t *testing.T) {
+	g, err := NewGate(60, WithReserve(PriorityCritical, 12))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var others, most atomic.Int64
+	var stop atomic.Bool
+	var flood, critical sync.WaitGroup
+	var tries atomic.Uint64
+	for i := range 100 {
+		p := PrioritySheddable
+		if i%4 == 0 {
+			p = PriorityDefault
+		}
+		flood.Go(func() {
+			for !stop.Load() {
+				tries.Add(1)
+				q, ok := g.EnterPriority(context.Background(), 50*time.Microsecond, p)
+				if !ok {
+					continue
+				}
+				n := others.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				others.Add(-1)
+				q.Release()
+			}
+		})
+	}
+	const rounds = 500
+	var refused atomic.Int64
+	for range 12 {
+		critical.Go(func() {
+			for range rounds {
+				q, ok := g.TryEnterPriority(PriorityCritical)
+				if !ok {
+					refused.Add(1)
+					continue
+				}
+				q.Release()
+			}
+		})
+	}
+	critical.Wait()
+	stop.Store(true)
+	flood.Wait()
+	if refused.Load() != 0 {
+		t.Errorf("%d critical callers refused under the flood", refused.Load())
+	}
+	if most.Load() > 48 {
+		t.Errorf("%d default and sheddable callers inside at once, want at most 48", most.Load())
+	}
+	s := g.Stats()
+	if c := s.Classes[2]; c.Admitted != 12*rounds || c.Shed != 0 {
+		t.Errorf("critical: %+v, want %d admitted, none shed", c, 12*rounds)
+	}
+	if got := s.Classes[0].Admitted + s.Classes[0].Shed + s.Classes[1].Admitted + s.Classes[1].Shed + s.TimedOut; got != tries.Load() {
+		t.Errorf("the flood's callers counted %d times, want %d", got, tries.Load())
+	}
+	if s.Admitted != s.Classes[0].Admitted+s.Classes[1].Admitted+s.Classes[2].Admitted || s.InFlight != 0 {
+		t.Errorf("Stats = %+v", s)
+	}
+}
+
+// TestGateWaitersByClass checks that a freed place goes to the caller
+// waiting longest among those whose class may take it.
+func TestGateWaitersByClass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, err := NewGate(3, WithReserve(PriorityCritical, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := g.TryEnter()
+		b, _ := g.TryEnter()
+		c, _ := g.TryEnterPriority(PriorityCritical)
+		got := make(chan string, 3)
+		wait := func(name string, p Priority) {
+			go func() {
+				if q, ok := g.EnterPriority(context.Background(), time.Hour, p); ok {
+					got <- name
+					q.Release()
+				}
+			}()
+			synctest.Wait()
+		}
+		wait("sheddable", PrioritySheddable)
+		wait("default", PriorityDefault)
+		wait("critical", PriorityCritical)
+		// The reserved place: only the critical waiter may take it, though
+		// it came last; it leaves at once, and the place is free again.
+		c.Release()
+		synctest.Wait()
+		if s := <-got; s != "critical" {
+			t.Fatalf("the reserved place went to the %s waiter", s)
+		}
+		a.Release()
+		synctest.Wait()
+		if s := <-got; s != "sheddable" {
+			t.Errorf("a place of the two went to the %s waiter, want the one waiting longest", s)
+		}
+		b.Release()
+		synctest.Wait()
+		if s := <-got; s != "default" {
+			t.Errorf("got %s, want default", s)
+		}
+		if s := g.Stats(); s.Waiting != 0 || s.InFlight != 0 {
+			t.Errorf("Stats = %+v", s)
+		}
+	})
+}
+
+// TestGateReserveScales checks how the reserves follow SetMax.
+func TestGateReserveScales(t *testing.T) {
+	g, err := NewGate(60, WithReserve(PriorityCritical, 12), WithReserve(PriorityDefault, 6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		max  int
+		want [3]int
+	}{
+		{60, [3]int{42, 48, 60}},
+		{30, [3]int{21, 24, 30}},
+		{120, [3]int{84, 96, 120}},
+		{10, [3]int{7, 8, 10}},
+		{5, [3]int{3, 4, 5}},     // 12*5/60 = 1, 6*5/60 = 0.5 rounded to 1
+		{3, [3]int{1, 2, 3}},     // at least 1 each
+		{2, [3]int{1, 1, 2}},     // the default reserve cut for the sheddable place
+		{1, [3]int{1, 1, 1}},     // no reserve left
+		{61, [3]int{43, 49, 61}}, // 12.2 and 6.1 rounded
+		{1 << 62, [3]int{3228180212899171533, 3689348814741910323, 1 << 62}}, // 2^62*12/60 and 2^62*6/60, rounded: no overflow
+	} {
+		g.SetMax(c.max)
+		if got := classLimits(g); got != c.want {
+			t.Errorf("SetMax(%d): class limits %v, want %v", c.max, got, c.want)
+		}
+	}
+	// Without reserves, every class may take every place.
+	h := mustGate(t, 4)
+	h.SetMax(9)
+	if got := classLimits(h); got != [3]int{9, 9, 9} {
+		t.Errorf("class limits %v, want [9 9 9]", got)
+	}
+}
+
+// TestGateReserveModel runs random sequences of entries, releases and
+// SetMax on a gate with reserves against a reference model.
+func TestGateReserveModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		max0 := 1 + rng.IntN(40)
+		crit, def := rng.IntN(max0), 0
+		if rest := max0 - 1 - crit; rest > 0 {
+			def = rng.IntN(rest + 1)
+		}
+		g, err := NewGate(max0, WithReserve(PriorityCritical, crit), WithReserve(PriorityDefault, def))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := max0
+		var held []*Permit
+		var admitted, shed [3]uint64
+		for range 300 {
+			switch op := rng.IntN(10); {
+			case op < 6:
+				p := Priority(rng.IntN(3) - 1)
+				// The model: reserves scaled as WithReserve says.
+				rc, rd := scaleRef(crit, max0, m), scaleRef(def, max0, m)
+				for rc+rd > m-1 {
+					if rd > 0 {
+						rd--
+					} else {
+						rc--
+					}
+				}
+				lim := [3]int{m - rc - rd, m - rc, m}[p+1]
+				want := len(held) < lim
+				q, ok := g.TryEnterPriority(p)
+				if ok != want {
+					t.Fatalf("gate %d (%d, %d reserved) at %d with %d inside: %v admitted %v, want %v", max0, crit, def, m, len(held), p, ok, want)
+				}
+				if ok {
+					held = append(held, &q)
+					admitted[p+1]++
+				} else {
+					shed[p+1]++
+				}
+			case op < 9 && len(held) > 0:
+				i := rng.IntN(len(held))
+				held[i].Release()
+				held = slices.Delete(held, i, i+1)
+			default:
+				m = 1 + rng.IntN(2*max0)
+				g.SetMax(m)
+			}
+		}
+		s := g.Stats()
+		for c := range 3 {
+			if s.Classes[c].Admitted != admitted[c] || s.Classes[c].Shed != shed[c] {
+				t.Fatalf("class %d: %+v, want admitted %d, shed %d", c, s.Classes[c], admitted[c], shed[c])
+			}
+		}
+		if s.InFlight != len(held) {
+			t.Fatalf("InFlight %d, want %d", s.InFlight, len(held))
+		}
+	}
+}
+
+// scaleRef is the reserve n of a gate made with max0 at a limit of m.
+func scaleRef(n, max0, m int) int {
+	if n == 0 {
+		return 0
+	}
+	return max(int(math.Round(float64(n)*float64(m)/float64(max0))), 1)
+}
+
+// TestGateWaitingStorm runs 100 goroutines through a gate of 8 while
+// another reads Stats, for up to five rounds: Waiting never reads above
+// the gate's size, nor InFlight.
+func TestGateWaitingStorm(t *testing.T) {
+	const size = 8
+	for round := 0; round < 5 && !t.Failed(); round++ {
+		g := mustGate(t, size)
+		var stop atomic.Bool
+		var bad atomic.Value
+		reader := make(chan struct{})
+		go func() {
+			defer close(reader)
+			for !stop.Load() {
+				if s := g.Stats(); s.Waiting > size || s.InFlight > size || s.Waiting < 0 {
+					bad.Store(s)
+				}
+			}
+		}()
+		var wg sync.WaitGroup
+		for range 100 {
+			wg.Go(func() {
+				for range 200 {
+					// Holding the place a moment keeps the queue full,
+					// and callers finding it full in Enter's locked part.
+					if p, ok := g.Enter(context.Background(), time.Millisecond); ok {
+						time.Sleep(10 * time.Microsecond)
+						p.Release()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		stop.Store(true)
+		<-reader
+		if s := bad.Load(); s != nil {
+			t.Errorf("round %d: Stats of a gate of %d read %+v", round, size, s)
+		}
+		if s := g.Stats(); s.Waiting != 0 || s.InFlight != 0 || s.Admitted+s.Shed+s.TimedOut != 100*200 {
+			t.Errorf("after the storm: %+v", s)
+		}
+	}
+}
+
+// TestGateAdaptWaitForgetsPast is issue 19's case: four callers whose
+// wait ran out, then ten seconds without load. The interval they were
+// counted in ended long ago; the next caller is judged on the interval
+// just ended, in which nobody waited, and may wait.
+func TestGateAdaptWaitForgetsPast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := mustGate(t, 4)
+		var held [4]Permit
+		for i := range held {
+			held[i], _ = g.TryEnter()
+		}
+		g.AdaptWait(100 * time.Millisecond)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				if _, ok := g.Enter(context.Background(), 5*time.Millisecond); ok {
+					t.Error("a caller entered a full gate")
+				}
+			})
+		}
+		wg.Wait()
+		time.Sleep(10 * time.Second)
+		before := g.Stats()
+		start := time.Now()
+		_, ok := g.Enter(context.Background(), 5*time.Millisecond)
+		waited := time.Since(start)
+		s := g.Stats()
+		if ok || waited != 5*time.Millisecond || s.Shed != before.Shed || s.Overloaded || s.Overloads != 0 {
+			t.Errorf("Enter 10s after the last wait: %v after %v, Stats %+v; want a 5ms wait, no cut", ok, waited, s)
+		}
+		// Within the interval after the four, the judgement stands.
+		h := mustGate(t, 4)
+		for i := range held {
+			held[i].Release()
+			held[i], _ = h.TryEnter()
+		}
+		h.AdaptWait(100 * time.Millisecond)
+		for range 4 {
+			wg.Go(func() { h.Enter(context.Background(), 5*time.Millisecond) })
+		}
+		wg.Wait()
+		time.Sleep(150 * time.Millisecond)
+		if _, ok := h.Enter(context.Background(), 5*time.Millisecond); ok || !h.Stats().Overloaded {
+			t.Errorf("Enter in the interval after four waits ran out: %v, Stats %+v; want a cut", ok, h.Stats())
+		}
+		for i := range held {
+			held[i].Release()
+		}
+	})
+}
+
+// TestGateQueueByClass fills a gate's queue with sheddable waiters: a
+// critical caller that must wait takes the place in the queue of the
+// youngest of them, which is refused at once, rather than being refused
+// itself.
+func TestGateQueueByClass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, err := NewGate(2, WithReserve(PriorityCritical, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := g.TryEnterPriority(PrioritySheddable)
+		defer a.Release()
+		b, _ := g.TryEnterPriority(PriorityCritical)
+		type result struct {
+			name string
+			ok   bool
+			at   time.Duration
+		}
+		got := make(chan result, 4)
+		start := time.Now()
+		wait := func(name string, p Priority) {
+			go func() {
+				q, ok := g.EnterPriority(context.Background(), time.Hour, p)
+				got <- result{name, ok, time.Since(start)}
+				if ok {
+					time.Sleep(time.Second)
+					q.Release()
+				}
+			}()
+			synctest.Wait()
+		}
+		wait("old sheddable", PrioritySheddable)
+		time.Sleep(time.Millisecond)
+		wait("young sheddable", PrioritySheddable)
+		if s := g.Stats(); s.Waiting != 2 {
+			t.Fatalf("%d waiting, want the queue full with 2", s.Waiting)
+		}
+		time.Sleep(time.Millisecond)
+		wait("critical", PriorityCritical)
+		if r := <-got; r.name != "young sheddable" || r.ok || r.at != 2*time.Millisecond {
+			t.Fatalf("got %+v, want the young sheddable waiter refused when the critical one came", r)
+		}
+		// A second critical caller finds the queue full of one sheddable
+		// and one critical waiter: it displaces the sheddable one.
+		wait("critical 2", PriorityCritical)
+		if r := <-got; r.name != "old sheddable" || r.ok {
+			t.Fatalf("got %+v, want the old sheddable waiter refused", r)
+		}
+		// A third finds only critical waiters: it is refused itself.
+		if _, ok := g.EnterPriority(context.Background(), time.Hour, PriorityCritical); ok {
+			t.Fatal("a third critical caller entered")
+		}
+		b.Release()
+		synctest.Wait()
+		if r := <-got; r.name != "critical" || !r.ok {
+			t.Fatalf("got %+v, want the first critical waiter let in", r)
+		}
+		s := g.Stats()
+		if s.Classes[0].Shed != 2 || s.Classes[2].Shed != 1 || s.Waited != 3 || s.TimedOut != 0 || s.Waiting != 1 {
+			t.Errorf("Stats = %+v", s)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if r := <-got; r.name != "critical 2" || !r.ok {
+			t.Fatalf("got %+v, want the second critical waiter let in", r)
+		}
+		time.Sleep(time.Second) // for it to leave
+	})
+}
+
+// TestGateClassesStorm runs callers of every class, waiting or not,
+// through a small gate with reserves, under -race: the classes below
+// critical never hold more places than their limit, every caller is
+// counted once, and nothing is left inside or waiting.
+func TestGateClassesStorm(t *testing.T) {
+	g, err := NewGate(8, WithReserve(PriorityCritical, 2), WithReserve(PriorityDefault, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inside [3]atomic.Int64
+	var tries [3]atomic.Uint64
+	var bad atomic.Value
+	var wg sync.WaitGroup
+	for i := range 100 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			for range 200 {
+				p := Priority(rng.IntN(3) - 1)
+				c := p + 1
+				tries[c].Add(1)
+				q, ok := g.EnterPriority(context.Background(), time.Duration(rng.IntN(200))*time.Microsecond, p)
+				if !ok {
+					continue
+				}
+				inside[c].Add(1)
+				// Class c and those below it hold at most c's limit.
+				var n int64
+				for k := range c + 1 {
+					n += inside[k].Load()
+				}
+				if lim := [3]int64{4, 6, 8}[c]; n > lim {
+					bad.Store(fmt.Sprintf("%d callers of class %v and below inside, limit %d", n, p, lim))
+				}
+				time.Sleep(time.Duration(rng.IntN(20)) * time.Microsecond)
+				inside[c].Add(-1)
+				q.Release()
+			}
+		})
+	}
+	wg.Wait()
+	if b := bad.Load(); b != nil {
+		t.Error(b)
+	}
+	s := g.Stats()
+	var admitted, shed uint64
+	for c := range 3 {
+		admitted += s.Classes[c].Admitted
+		shed += s.Classes[c].Shed
+	}
+	if admitted != s.Admitted || shed != s.Shed || s.Admitted+s.Shed+s.TimedOut != 100*200 {
+		t.Errorf("Stats = %+v for %d callers", s, 100*200)
+	}
+	for c := range 3 {
+		if got := s.Classes[c].Admitted + s.Classes[c].Shed; got > tries[c].Load() {
+			t.Errorf("class %d: %d counted, %d tried", c, got, tries[c].Load())
+		}
+	}
+	if s.InFlight != 0 || s.Waiting != 0 || g.nwait.Load() != 0 {
+		t.Errorf("after the storm: %+v, nwait %d", s, g.nwait.Load())
 	}
 }

@@ -3,9 +3,10 @@ package limits
 import "fmt"
 
 // Option configures what a constructor builds: WithBurst and WithMaxKeys
-// a GCRA, a Sizing the sketches of a Rate, an Inflight or an Estimator. A
-// constructor given an option that does not apply to what it builds
-// panics, naming the option: that is a programming error, not one of
+// a GCRA, a Sizing the sketches of a Rate, an Inflight or an Estimator,
+// WithReserve a Gate. A constructor given an option that does not apply to
+// what it builds panics, naming the option (NewGCRAFor and NewGate return
+// an error instead): that is a programming error, not one of
 // configuration. Options are values, safe to share; the nil Option is not
 // valid.
 type Option interface {
@@ -16,6 +17,7 @@ type Option interface {
 type options struct {
 	burst, maxKeys int
 	sizing         Sizing
+	reserves       []reserve // WithReserve's, in the order given
 	set            optionSet
 }
 
@@ -26,9 +28,10 @@ const (
 	optBurst optionSet = 1 << iota
 	optMaxKeys
 	optSizing
+	optReserve
 )
 
-var optionNames = map[optionSet]string{optBurst: "WithBurst", optMaxKeys: "WithMaxKeys", optSizing: "a Sizing"}
+var optionNames = map[optionSet]string{optBurst: "WithBurst", optMaxKeys: "WithMaxKeys", optSizing: "a Sizing", optReserve: "WithReserve"}
 
 type optionFunc func(*options)
 

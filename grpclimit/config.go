@@ -71,13 +71,18 @@ type Config struct {
 	// the Interceptor reports to it the latency and outcome of the calls
 	// it admits, as with Adaptive.
 	Controller *adaptive.Controller
-	// Timeout, if positive, is a deadline for each unary call: when it
-	// passes, the handler's context is cancelled and the client gets
-	// codes.DeadlineExceeded with reason request_timeout, while the call
-	// keeps its place in the gate until the handler returns. For a stream,
-	// which lives as long as it is used, Timeout bounds only its set-up:
-	// a stream not established by then gives its place in the gate back
-	// and carries on.
+	// Timeout, if positive, is a deadline for each unary call, from when
+	// the gate lets it in (from its arrival, without a gate): it bounds the
+	// rate layers' limiter calls (each also by LimiterTimeout) and the
+	// handler together. When it passes, the handler's context is cancelled
+	// and the client gets codes.DeadlineExceeded with reason
+	// request_timeout, while the call keeps its place in the gate until the
+	// handler returns; a call whose deadline passes before its handler
+	// starts (limiters slow to answer, or failing under FailOpen) gets it
+	// without the handler being called, and its charges are given back.
+	// For a stream, which lives as long as it is used, Timeout bounds only
+	// its set-up: a stream not established within Timeout of its admission
+	// gives its place in the gate back and carries on.
 	Timeout time.Duration
 	// BusyRetryAfter is the retry delay sent with server_busy,
 	// concurrency_limited, concurrency_table_full, table_full and
@@ -106,8 +111,11 @@ type Config struct {
 	Limiter limits.Limiter
 	// LimiterTimeout bounds each call to Limiter or CallerLimiter; past
 	// it, the call counts as failed and OnLimiterError applies. 0 means
-	// 250ms, or Timeout if that is shorter. A local limiter built from
-	// Rate decides in process and is not bounded.
+	// 250ms, or Timeout if that is shorter. The limiter's context ends a
+	// tenth of the bound (at most 10ms) before it, so that a limiter giving
+	// up at its own deadline is heard: the error counted and logged is
+	// then its own, with its cause (a refused connection, say). A local
+	// limiter built from Rate decides in process and is not bounded.
 	LimiterTimeout time.Duration
 	// Cost, if set, returns the cost of a call of the method named in the
 	// address and caller key buckets, such as a larger one for an

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/grpc"
@@ -257,4 +258,86 @@ func TestRefusalCostsNothing(t *testing.T) {
 	if _, _, err := say(conn, "4 of 3"); ReasonOf(err) != ReasonRateLimited {
 		t.Errorf("the fourth call: %v, want rate_limited", err)
 	}
+}
+
+// slowLimiter is a limiter that answers after a delay, allowing, or gives
+// up when its context ends.
+type slowLimiter struct{ d time.Duration }
+
+func (s slowLimiter) Take(ctx context.Context, _ string, n int) (limits.Decision, error) {
+	select {
+	case <-time.After(s.d):
+		return limits.Decision{Allowed: true, Cost: n, Limit: 100, Period: time.Minute, Burst: 100, Remaining: 99, At: time.Now()}, nil
+	case <-ctx.Done():
+		return limits.Decision{}, ctx.Err()
+	}
+}
+
+func (slowLimiter) Refund(context.Context, string, limits.Decision) error { return nil }
+
+// TestTimeoutFromAdmission checks that Timeout bounds a unary call from
+// the moment the gate lets it in, the rate layers' limiter calls
+// included, not the handler alone: limiters that hang past their bound
+// under FailOpen leave no time to the handler, which never starts, and
+// slow limiters leave the handler only what remains of the deadline.
+func TestTimeoutFromAdmission(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		never := stuck{make(chan struct{})}
+		defer close(never.release)
+		ctx := peers(1)[0]
+		var started atomic.Int32
+		it := mustNew(t, Config{Timeout: 100 * time.Millisecond, MaxInFlight: 2, Limiter: never,
+			CallerKey: MetadataKey("x-key"), CallerLimiter: never, OnLimiterError: FailOpen})
+		start := time.Now()
+		_, err := it.Unary(ctx, nil, benchInfo, func(context.Context, any) (any, error) { started.Add(1); return nil, nil })
+		if ReasonOf(err) != ReasonRequestTimeout || time.Since(start) != 100*time.Millisecond {
+			t.Errorf("hanging limiters: %v after %v, want request_timeout after 100ms", err, time.Since(start))
+		}
+		synctest.Wait()
+		if n := started.Load(); n != 0 {
+			t.Errorf("the handler started %d times past the deadline", n)
+		}
+		if s := it.Stats(); s.RequestTimeout != 1 || s.Allowed != 0 || s.Gate.InFlight != 0 {
+			t.Errorf("Stats %+v, gate %+v: want 1 timeout, none allowed, the gate empty", s, s.Gate)
+		}
+
+		it = mustNew(t, Config{Timeout: 100 * time.Millisecond, Limiter: slowLimiter{30 * time.Millisecond},
+			CallerKey: MetadataKey("x-key"), CallerLimiter: slowLimiter{30 * time.Millisecond}})
+		deadlines := make(chan time.Time, 1)
+		start = time.Now()
+		_, err = it.Unary(ctx, nil, benchInfo, func(ctx context.Context, _ any) (any, error) {
+			d, _ := ctx.Deadline()
+			deadlines <- d
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+		deadline := <-deadlines
+		if ReasonOf(err) != ReasonRequestTimeout || time.Since(start) != 100*time.Millisecond || !deadline.Equal(start.Add(100*time.Millisecond)) {
+			t.Errorf("slow limiters: %v after %v, the handler's deadline %v after the start; want request_timeout after 100ms, deadline at 100ms",
+				err, time.Since(start), deadline.Sub(start))
+		}
+	})
+}
+
+// TestStreamTimeoutFromAdmission checks that a stream not established
+// within Timeout of its admission gives its place in the gate back then,
+// however long its limiters took.
+func TestStreamTimeoutFromAdmission(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		it := mustNew(t, Config{Timeout: 100 * time.Millisecond, MaxInFlight: 1, Limiter: slowLimiter{60 * time.Millisecond}})
+		ss := &sendStream{ctx: peers(1)[0]}
+		info := &grpc.StreamServerInfo{FullMethod: methodSay}
+		start := time.Now()
+		err := it.Stream(nil, ss, info, func(any, grpc.ServerStream) error {
+			time.Sleep(time.Until(start.Add(100 * time.Millisecond)))
+			synctest.Wait()
+			if n := it.Stats().Gate.InFlight; n != 0 {
+				t.Errorf("in flight %v after admission, not established: %d, want 0", time.Since(start), n)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
 }

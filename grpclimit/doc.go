@@ -75,7 +75,8 @@
 //     the entries one address can create are bounded by its own
 //     allowance.
 //   - Every wait is bounded: the gate's queue by QueueWait, each call of a
-//     limiter by LimiterTimeout, the unary handler by Timeout. Past the
+//     limiter by LimiterTimeout, the unary call from its admission (limiter
+//     calls and handler together) by Timeout. Past the
 //     bound the layer's policy applies, and every place taken is given
 //     back on every way out: return, panic, client gone, timeout,
 //     ReleaseCapacity.

@@ -121,7 +121,10 @@ type Stats struct {
 	RateLimited uint64 `json:"rate_limited"`
 	// ServerBusy counts calls refused because the gate was full.
 	ServerBusy uint64 `json:"server_busy"`
-	// RequestTimeout counts allowed unary calls that ran past the deadline.
+	// RequestTimeout counts unary calls that ran past the deadline: allowed
+	// calls whose handler was still running, and those whose deadline
+	// passed in the rate layers, before their handler started (not counted
+	// in Allowed).
 	RequestTimeout uint64 `json:"request_timeout"`
 	// LimiterError counts limiter errors, whether the call was then
 	// refused (FailClosed) or served (FailOpen).
@@ -325,13 +328,14 @@ func (it *Interceptor) policies() []*rateLayer {
 }
 
 // admitCall applies Config's rate layers to a call, then those of its
-// route rt, if any, all or nothing, appending what they charge to buf.
-func (it *Interceptor) admitCall(c call, addr string, rt *route, buf []front.Charge) ([]front.Charge, *front.Refusal) {
-	charges, ref := front.Admit(c.ctx, &it.admit, c, addr, it.rates, buf)
+// route rt, if any, all or nothing, under ctx, appending what they charge
+// to buf.
+func (it *Interceptor) admitCall(ctx context.Context, c call, addr string, rt *route, buf []front.Charge) ([]front.Charge, *front.Refusal) {
+	charges, ref := front.Admit(ctx, &it.admit, c, addr, it.rates, buf)
 	if ref != nil || rt == nil || len(rt.layers) == 0 {
 		return charges, ref
 	}
-	return front.Admit(c.ctx, &it.admit, c, addr, rt.layers, charges)
+	return front.Admit(ctx, &it.admit, c, addr, rt.layers, charges)
 }
 
 // hold is what a call holds until its handler returns: its place in the
@@ -479,14 +483,29 @@ func (it *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 	if it.capacity != nil && !it.enter(ctx, &q.held) {
 		return nil, it.refuse(ctx, tr, info.FullMethod, "", it.busy[ReasonServerBusy])
 	}
+	// The deadline bounds the whole call from its admission: the rate
+	// layers' limiter calls as well as the handler.
+	dctx := ctx
+	if it.timeout > 0 {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeout(q, it.timeout)
+		defer cancel()
+	}
 	addr := ""
 	if len(it.rates) > 0 || it.calls != nil || rt != nil && len(rt.layers) > 0 {
 		addr = it.clientKey(ctx)
 	}
 	var buf [3]front.Charge
-	charges, ref := it.admitCall(call{ctx, info.FullMethod}, addr, rt, buf[:0])
+	charges, ref := it.admitCall(dctx, call{ctx, info.FullMethod}, addr, rt, buf[:0])
 	if ref != nil {
 		return nil, it.refuseRate(ctx, tr, info.FullMethod, ref)
+	}
+	if it.timeout > 0 && dctx.Err() != nil {
+		// The deadline passed, or the client left, while the rate layers
+		// ran (limiters slow to answer, or failing under FailOpen): the
+		// handler would start with no time left.
+		it.admit.Refund(ctx, charges)
+		return nil, it.timedOut(q, info)
 	}
 	if it.calls != nil {
 		if reason := it.acquire(it.calls, addr); reason != "" {
@@ -498,7 +517,7 @@ func (it *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 	it.count(rt, "")
 	if it.timeout > 0 {
 		handedOff = true
-		return it.unaryWithTimeout(q, req, info, handler)
+		return it.unaryWithTimeout(q, dctx, req, info, handler)
 	}
 	resp, err := handler(ctx, req)
 	if q != nil && q.held.Reports() {
@@ -507,7 +526,8 @@ func (it *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 	return resp, err
 }
 
-// unaryWithTimeout runs handler in its own goroutine under the deadline.
+// unaryWithTimeout runs handler in its own goroutine under ctx, q with the
+// deadline set when the call was admitted.
 // If it returns in time, its answer is the call's; if the deadline passes
 // first, or the handler gives up at it with a deadline error, the client
 // gets request_timeout and the handler's context is cancelled. Either way q, the call's place in the gate and its
@@ -515,9 +535,7 @@ func (it *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 // then it still uses the capacity they stand for. A panic in time is
 // raised again on the caller's goroutine; one after the deadline, when
 // nobody is left to raise it to, is logged.
-func (it *Interceptor) unaryWithTimeout(q *hold, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	ctx, cancel := context.WithTimeout(q, it.timeout)
-	defer cancel()
+func (it *Interceptor) unaryWithTimeout(q *hold, ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	type result struct {
 		resp     any
 		err      error

@@ -1,10 +1,17 @@
 package grpclimit
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -357,3 +364,59 @@ func (f countingFail) Take(context.Context, string, int) (limits.Decision, error
 }
 
 func (countingFail) Refund(context.Context, string, limits.Decision) error { return nil }
+
+// refusedAtDeadline is a limiter with a timeout of its own, as a remote
+// one has, whose store refuses connections: it keeps trying until its
+// deadline, then returns the cause.
+type refusedAtDeadline struct{ timeout time.Duration }
+
+func (l refusedAtDeadline) Take(ctx context.Context, _ string, _ int) (limits.Decision, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	<-ctx.Done()
+	return limits.Decision{}, fmt.Errorf("store unavailable: %w, connecting failed: dial tcp 127.0.0.1:6379: %w", ctx.Err(), syscall.ECONNREFUSED)
+}
+
+func (refusedAtDeadline) Refund(context.Context, string, limits.Decision) error { return nil }
+
+// TestLimiterErrorKeepsCause checks that when LimiterTimeout and the
+// limiter's own timeout end together, the error logged is the limiter's,
+// with its cause, under either policy.
+func TestLimiterErrorKeepsCause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := peers(1)[0]
+		for _, policy := range []ErrorPolicy{FailClosed, FailOpen} {
+			var logs bytes.Buffer
+			it := mustNew(t, Config{Limiter: refusedAtDeadline{100 * time.Millisecond}, LimiterTimeout: 100 * time.Millisecond,
+				OnLimiterError: policy, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+			const n = 20
+			for range n {
+				_, err := it.Unary(ctx, nil, benchInfo, noop)
+				if want := map[ErrorPolicy]string{FailClosed: ReasonLimiterError, FailOpen: ""}[policy]; ReasonOf(err) != want {
+					t.Errorf("policy %d: %v, want %q", policy, err, want)
+				}
+			}
+			if s := it.Stats(); s.LimiterError != n {
+				t.Errorf("policy %d: %d limiter errors counted, want %d", policy, s.LimiterError, n)
+			}
+			var got int
+			for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+				var entry map[string]any
+				if err := json.Unmarshal([]byte(line), &entry); err != nil {
+					t.Fatal(err)
+				}
+				e, _ := entry["error"].(string)
+				if e == "" {
+					continue // the refusal's own entry
+				}
+				got++
+				if !strings.Contains(e, "connection refused") {
+					t.Errorf("policy %d: logged %q, want the limiter's cause", policy, e)
+				}
+			}
+			if got < n {
+				t.Errorf("policy %d: %d errors logged, want %d", policy, got, n)
+			}
+		}
+	})
+}

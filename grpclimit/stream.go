@@ -41,13 +41,18 @@ func (it *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	if it.capacity != nil && !it.enter(ctx, &s.q.held) {
 		return it.refuse(ctx, ss, info.FullMethod, "", it.busy[ReasonServerBusy])
 	}
+	if it.capacity != nil && it.timeout > 0 {
+		// Not established in time from its admission: a sign of overload.
+		t := time.AfterFunc(it.timeout, func() { s.q.held.Leave(adaptive.Dropped) })
+		defer t.Stop()
+	}
 	s.rt = rt
 	if len(it.rates) > 0 || it.streams != nil || rt != nil && len(rt.layers) > 0 {
 		s.addr = it.clientKey(ctx)
 	}
 	s.call = call{ctx, info.FullMethod}
 	var buf [3]front.Charge
-	charges, ref := it.admitCall(s.call, s.addr, rt, buf[:0])
+	charges, ref := it.admitCall(ctx, s.call, s.addr, rt, buf[:0])
 	if ref != nil {
 		return it.refuseRate(ctx, ss, info.FullMethod, ref)
 	}
@@ -61,11 +66,6 @@ func (it *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	it.count(rt, "")
 	if it.capacity == nil && !(it.messages && s.limited()) {
 		return handler(srv, ss) // nothing to watch for
-	}
-	if it.capacity != nil && it.timeout > 0 {
-		// Not established in time: a sign of overload.
-		t := time.AfterFunc(it.timeout, func() { s.q.held.Leave(adaptive.Dropped) })
-		defer t.Stop()
 	}
 	err := handler(srv, s)
 	if s.q.held.Reports() {
@@ -125,7 +125,7 @@ func (s *stream) RecvMsg(m any) error {
 		return nil
 	}
 	var buf [3]front.Charge
-	if _, ref := it.admitCall(s.call, s.addr, s.rt, buf[:0]); ref != nil {
+	if _, ref := it.admitCall(s.q.Context, s.call, s.addr, s.rt, buf[:0]); ref != nil {
 		return it.refuseRate(s.q.Context, s.ServerStream, s.call.method, ref)
 	}
 	return nil

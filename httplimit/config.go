@@ -71,11 +71,16 @@ type Config struct {
 	// requests it admits, as with Adaptive, along with every other user
 	// of the gate.
 	Controller *adaptive.Controller
-	// Timeout, if positive, is a deadline for each request: when it passes,
-	// the handler's context is cancelled and the client gets 503 with
-	// reason request_timeout. The handler's response is buffered until it
-	// returns, as with http.TimeoutHandler, so routes that stream or hijack
-	// the connection need a Middleware without Timeout.
+	// Timeout, if positive, is a deadline for each request, from when the
+	// gate lets it in (from its arrival, without a gate): it bounds the
+	// rate layers' limiter calls (each also by LimiterTimeout) and the
+	// handler together. When it passes, the handler's context is cancelled
+	// and the client gets 503 with reason request_timeout; a request whose
+	// deadline passes before its handler starts (limiters slow to answer,
+	// or failing under FailOpen) gets it without the handler being called,
+	// and its charges are given back. The handler's response is buffered
+	// until it returns, as with http.TimeoutHandler, so routes that stream
+	// or hijack the connection need a Middleware without Timeout.
 	Timeout time.Duration
 	// BusyRetryAfter is the Retry-After sent with server_busy and
 	// request_timeout refusals, rounded up to whole seconds; 0 means one
@@ -107,8 +112,11 @@ type Config struct {
 	// LimiterTimeout bounds each call to Limiter, CallerLimiter or a
 	// route policy's Limiter; past it, the call counts as failed and
 	// OnLimiterError applies. 0 means 250ms, or Timeout if that is
-	// shorter. A local limiter built from Rate decides in process and is
-	// not bounded.
+	// shorter. The limiter's context ends a tenth of the bound (at most
+	// 10ms) before it, so that a limiter giving up at its own deadline is
+	// heard: the error counted and logged is then its own, with its cause
+	// (a refused connection, say). A local limiter built from Rate decides
+	// in process and is not bounded.
 	LimiterTimeout time.Duration
 	// Cost, if set, returns the cost of a request in the address and
 	// caller key buckets, such as a larger one for an expensive route; nil

@@ -318,3 +318,62 @@ func TestEnvShared(t *testing.T) {
 		}
 	}
 }
+
+// slow is a limiter that answers after a delay, allowing, or gives up
+// when its context ends.
+type slow struct{ d time.Duration }
+
+func (s slow) Take(ctx context.Context, _ string, n int) (limits.Decision, error) {
+	select {
+	case <-time.After(s.d):
+		return limits.Decision{Allowed: true, Cost: n, Limit: 100, Period: time.Minute, Burst: 100, Remaining: 99, At: time.Now()}, nil
+	case <-ctx.Done():
+		return limits.Decision{}, ctx.Err()
+	}
+}
+
+func (slow) Refund(context.Context, string, limits.Decision) error { return nil }
+
+// TestTimeoutFromAdmission checks that Timeout bounds the whole request
+// from the moment the gate lets it in, the rate layers' limiter calls
+// included, not the handler alone: limiters that hang past their bound
+// under FailOpen leave no time to the handler, which never starts, and
+// slow limiters leave the handler only what remains of the deadline.
+func TestTimeoutFromAdmission(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		never := stuck{make(chan struct{})}
+		defer close(never.release)
+		var started atomic.Int32
+		m := mustNew(t, Config{Timeout: 100 * time.Millisecond, MaxInFlight: 2, Limiter: never,
+			CallerKey: HeaderKey("X-Key"), CallerLimiter: never, OnLimiterError: FailOpen})
+		h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { started.Add(1) }))
+		start := time.Now()
+		w := serve(h, "192.0.2.1:1", "/", "X-Key", "k")
+		if w.Code != 503 || problemOf(t, w).Reason != ReasonRequestTimeout || time.Since(start) != 100*time.Millisecond {
+			t.Errorf("hanging limiters: %d %s after %v, want 503 request_timeout after 100ms", w.Code, w.Body.String(), time.Since(start))
+		}
+		synctest.Wait()
+		if n := started.Load(); n != 0 {
+			t.Errorf("the handler started %d times past the deadline", n)
+		}
+		if s := m.Stats(); s.RequestTimeout != 1 || s.Allowed != 0 || s.Gate.InFlight != 0 {
+			t.Errorf("Stats %+v, gate %+v: want 1 timeout, none allowed, the gate empty", s, s.Gate)
+		}
+
+		deadlines := make(chan time.Time, 1)
+		m = mustNew(t, Config{Timeout: 100 * time.Millisecond, Limiter: slow{30 * time.Millisecond},
+			CallerKey: HeaderKey("X-Key"), CallerLimiter: slow{30 * time.Millisecond}})
+		h = m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			d, _ := r.Context().Deadline()
+			deadlines <- d
+			<-r.Context().Done()
+		}))
+		start = time.Now()
+		w = serve(h, "192.0.2.1:1", "/", "X-Key", "k")
+		deadline := <-deadlines
+		if w.Code != 503 || time.Since(start) != 100*time.Millisecond || !deadline.Equal(start.Add(100*time.Millisecond)) {
+			t.Errorf("slow limiters: %d after %v, the handler's deadline %v after the start; want 503 after 100ms, deadline at 100ms",
+				w.Code, time.Since(start), deadline.Sub(start))
+		}
+	})
+}

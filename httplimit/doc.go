@@ -47,7 +47,8 @@
 //     allowance: rotating session cookies cannot fill the table that new
 //     users need.
 //   - Every wait is bounded: the gate's queue by QueueWait, each call of a
-//     limiter by LimiterTimeout, the handler by Timeout. Past the bound the
+//     limiter by LimiterTimeout, the request from its admission (limiter
+//     calls and handler together) by Timeout. Past the bound the
 //     layer's policy applies, and every place taken is given back on every
 //     way out: return, panic, client gone, timeout, ReleaseCapacity.
 //   - Per-client concurrency is counted exactly for each client.

@@ -49,7 +49,8 @@ const (
 // bucket only for requests its address allowed: a client sending a new
 // session cookie with every request cannot fill the table other clients
 // need. Every wait is bounded: the gate's queue by QueueWait, each limiter
-// call by LimiterTimeout, the handler by Timeout.
+// call by LimiterTimeout, and the request from its admission by Timeout,
+// limiter calls and handler together.
 //
 // Every refusal is counted (see Stats), may be logged, and is answered
 // from the deciding layer's answer: its status and reason, a Retry-After
@@ -119,7 +120,10 @@ type Stats struct {
 	RateLimited uint64 `json:"rate_limited"`
 	// ServerBusy counts requests refused because the gate was full.
 	ServerBusy uint64 `json:"server_busy"`
-	// RequestTimeout counts allowed requests that ran past the deadline.
+	// RequestTimeout counts requests that ran past the deadline: allowed
+	// requests whose handler was still running, and those whose deadline
+	// passed in the rate layers, before their handler started (not counted
+	// in Allowed).
 	RequestTimeout uint64 `json:"request_timeout"`
 	// LimiterError counts limiter errors, whether the request was then
 	// refused (FailClosed) or served (FailOpen).
@@ -406,6 +410,14 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 
+	if c.timeout > 0 {
+		// The deadline bounds the whole request from its admission: the
+		// rate layers' limiter calls as well as the handler.
+		ctx, cancel := context.WithTimeout(q, c.timeout)
+		defer cancel()
+		r = r.WithContext(ctx)
+	}
+
 	addr := ""
 	if len(m.rates) > 0 || c.slots != nil || nested {
 		// A route's policy keyed by address needs it, even where m has no
@@ -425,6 +437,17 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	var buf [4]front.Charge
 	charges, ok := m.limit(w, r, addr, m.rates, buf[:0])
 	if !ok {
+		return
+	}
+	if c.timeout > 0 && r.Context().Err() != nil {
+		// The deadline passed, or the client left, while the rate layers
+		// ran (limiters slow to answer, or failing under FailOpen): the
+		// handler would start with no time left.
+		c.admit.Refund(r.Context(), charges)
+		if q.Err() == nil {
+			c.n.RequestTimeout.Add(1)
+			c.refuse(w, r, "", Denial{Status: http.StatusServiceUnavailable, Reason: ReasonRequestTimeout, RetryAfter: c.busyRetry})
+		}
 		return
 	}
 	if c.slots != nil {

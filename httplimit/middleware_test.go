@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -725,4 +726,58 @@ func TestLoadEnv(t *testing.T) {
 	if err := c.LoadEnv("", func(string) (string, bool) { return "", false }); err != nil || c.MaxInFlight != 7 {
 		t.Errorf("unset variables changed the config: %+v, %v", c, err)
 	}
+}
+
+// refusedAtDeadline is a limiter with a timeout of its own, as a remote
+// one has, whose store refuses connections: it keeps trying until its
+// deadline, then returns the cause.
+type refusedAtDeadline struct{ timeout time.Duration }
+
+func (l refusedAtDeadline) Take(ctx context.Context, _ string, _ int) (limits.Decision, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	<-ctx.Done()
+	return limits.Decision{}, fmt.Errorf("store unavailable: %w, connecting failed: dial tcp 127.0.0.1:6379: %w", ctx.Err(), syscall.ECONNREFUSED)
+}
+
+func (refusedAtDeadline) Refund(context.Context, string, limits.Decision) error { return nil }
+
+// TestLimiterErrorKeepsCause checks that when LimiterTimeout and the
+// limiter's own timeout end together, the error logged and handed to Deny
+// is the limiter's, with its cause, under either policy.
+func TestLimiterErrorKeepsCause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for _, policy := range []ErrorPolicy{FailClosed, FailOpen} {
+			var logs bytes.Buffer
+			var denied []error
+			m := mustNew(t, Config{Limiter: refusedAtDeadline{100 * time.Millisecond}, LimiterTimeout: 100 * time.Millisecond,
+				OnLimiterError: policy, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+				Deny: func(w http.ResponseWriter, r *http.Request, d Denial) { denied = append(denied, d.Err) }})
+			const n = 20
+			for range n {
+				serve(m.Handler(ok), "192.0.2.1:1", "/")
+			}
+			if s := m.Stats(); s.LimiterError != n {
+				t.Errorf("policy %d: %d limiter errors counted, want %d", policy, s.LimiterError, n)
+			}
+			lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+			if len(lines) != n {
+				t.Fatalf("policy %d: %d log entries, want %d", policy, len(lines), n)
+			}
+			for i, line := range lines {
+				var entry map[string]any
+				if err := json.Unmarshal([]byte(line), &entry); err != nil {
+					t.Fatal(err)
+				}
+				if e, _ := entry["error"].(string); !strings.Contains(e, "connection refused") {
+					t.Errorf("policy %d: request %d logged %q, want the limiter's cause", policy, i, e)
+				}
+			}
+			for i, err := range denied {
+				if !errors.Is(err, syscall.ECONNREFUSED) {
+					t.Errorf("policy %d: request %d denied with %v, want the limiter's cause", policy, i, err)
+				}
+			}
+		}
+	})
 }

@@ -12,15 +12,15 @@ import (
 	"github.com/limitsgo/limits/adaptive"
 )
 
-// serveWithTimeout runs next in its own goroutine under a deadline. If the
-// handler returns in time, its buffered response is sent; if the deadline
-// passes first, the client gets 503 request_timeout and the handler's
-// context is cancelled. Either way q, the request's place in the gate and
-// its per-client count, is released only when the handler has returned:
-// until then it still uses the capacity they stand for.
+// serveWithTimeout runs next in its own goroutine under the deadline of
+// r's context, set when the request was admitted. If the handler returns
+// in time, its buffered response is sent; if the deadline passes first,
+// the client gets 503 request_timeout and the handler's context is
+// cancelled. Either way q, the request's place in the gate and its
+// per-client count, is released only when the handler has returned: until
+// then it still uses the capacity they stand for.
 func (c *core) serveWithTimeout(next http.Handler, w http.ResponseWriter, r *http.Request, q *request) {
-	ctx, cancel := context.WithTimeout(r.Context(), c.timeout)
-	defer cancel()
+	ctx := r.Context()
 	// The handler sees, and may change or remove, the header fields set so
 	// far, such as the RateLimit fields, as it would on w.
 	tw := &timeoutWriter{h: w.Header().Clone()}
@@ -34,7 +34,7 @@ func (c *core) serveWithTimeout(next http.Handler, w http.ResponseWriter, r *htt
 			done <- p
 		}()
 		defer func() { p = recover() }()
-		next.ServeHTTP(tw, r.WithContext(ctx))
+		next.ServeHTTP(tw, r)
 	}()
 	select {
 	case p := <-done:
@@ -48,7 +48,7 @@ func (c *core) serveWithTimeout(next http.Handler, w http.ResponseWriter, r *htt
 		w.WriteHeader(tw.status())
 		w.Write(tw.buf.Bytes())
 	case <-ctx.Done():
-		deadline := errors.Is(ctx.Err(), context.DeadlineExceeded) && r.Context().Err() == nil
+		deadline := errors.Is(ctx.Err(), context.DeadlineExceeded) && q.Err() == nil
 		tw.mu.Lock()
 		tw.timedOut, tw.deadline = true, deadline
 		tw.mu.Unlock()

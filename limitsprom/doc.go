@@ -42,6 +42,14 @@
 //	limits_gate_waited_total        counter  requests that waited, let in or not
 //	limits_gate_overloaded          gauge    1 while waits are cut (Gate.AdaptWait)
 //	limits_gate_overloads_total     counter  times waits began to be cut
+//	limits_gate_wait_seconds_total  counter  seconds spent waiting, added up
+//
+// and, by priority (label priority: sheddable, default, critical; see
+// limits.WithReserve):
+//
+//	limits_gate_priority_capacity        gauge    requests inside below which the priority enters
+//	limits_gate_priority_admitted_total  counter  requests of the priority let in
+//	limits_gate_priority_shed_total      counter  requests of the priority refused at once
 //
 // A limits.GCRA:
 //
@@ -87,6 +95,11 @@
 //
 //	limits_gate_in_flight / limits_gate_capacity
 //	rate(limits_gate_shed_total[5m]) + rate(limits_gate_timed_out_total[5m])
+//
+// The mean wait for a place, and the share of each priority refused:
+//
+//	rate(limits_gate_wait_seconds_total[5m]) / rate(limits_gate_waited_total[5m])
+//	rate(limits_gate_priority_shed_total[5m]) / (rate(limits_gate_priority_shed_total[5m]) + rate(limits_gate_priority_admitted_total[5m]))
 //
 // Table fullness, of a GCRA and of each policy's table, and refusals for a
 // full table:

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/limitsgo/limits"
@@ -182,6 +183,30 @@ limits_gate_in_flight{name="jobs"} 2
 # TYPE limits_gate_peak_in_flight gauge
 limits_gate_peak_in_flight{name="api"} 1
 limits_gate_peak_in_flight{name="jobs"} 2
+# HELP limits_gate_priority_admitted_total Requests of the priority the gate let in.
+# TYPE limits_gate_priority_admitted_total counter
+limits_gate_priority_admitted_total{name="api",priority="critical"} 0
+limits_gate_priority_admitted_total{name="api",priority="default"} 6
+limits_gate_priority_admitted_total{name="api",priority="sheddable"} 0
+limits_gate_priority_admitted_total{name="jobs",priority="critical"} 0
+limits_gate_priority_admitted_total{name="jobs",priority="default"} 2
+limits_gate_priority_admitted_total{name="jobs",priority="sheddable"} 0
+# HELP limits_gate_priority_capacity Requests inside the gate below which one of the priority may enter: the capacity less the places reserved for higher priorities.
+# TYPE limits_gate_priority_capacity gauge
+limits_gate_priority_capacity{name="api",priority="critical"} 1
+limits_gate_priority_capacity{name="api",priority="default"} 1
+limits_gate_priority_capacity{name="api",priority="sheddable"} 1
+limits_gate_priority_capacity{name="jobs",priority="critical"} 2
+limits_gate_priority_capacity{name="jobs",priority="default"} 2
+limits_gate_priority_capacity{name="jobs",priority="sheddable"} 2
+# HELP limits_gate_priority_shed_total Requests of the priority the gate refused at once.
+# TYPE limits_gate_priority_shed_total counter
+limits_gate_priority_shed_total{name="api",priority="critical"} 0
+limits_gate_priority_shed_total{name="api",priority="default"} 1
+limits_gate_priority_shed_total{name="api",priority="sheddable"} 0
+limits_gate_priority_shed_total{name="jobs",priority="critical"} 0
+limits_gate_priority_shed_total{name="jobs",priority="default"} 1
+limits_gate_priority_shed_total{name="jobs",priority="sheddable"} 0
 # HELP limits_gate_shed_total Requests the gate refused at once, being full with no room to wait.
 # TYPE limits_gate_shed_total counter
 limits_gate_shed_total{name="api"} 1
@@ -252,7 +277,8 @@ func TestScrape(t *testing.T) {
 		t.Error(err)
 	}
 	gates := []string{"limits_gate_admitted_total", "limits_gate_capacity", "limits_gate_in_flight", "limits_gate_peak_in_flight",
-		"limits_gate_shed_total", "limits_gate_timed_out_total", "limits_gate_waiting"}
+		"limits_gate_shed_total", "limits_gate_timed_out_total", "limits_gate_waiting",
+		"limits_gate_priority_admitted_total", "limits_gate_priority_capacity", "limits_gate_priority_shed_total"}
 	if err := testutil.ScrapeAndCompare(url, strings.NewReader(wantGates), gates...); err != nil {
 		t.Error(err)
 	}
@@ -376,4 +402,65 @@ func TestScrapeUnderLoad(t *testing.T) {
 	if n, _ := testutil.GatherAndCount(reg, "limits_http_requests_total"); n != 11 {
 		t.Errorf("%d series of requests, want 11", n)
 	}
+}
+
+// TestGateWaitAndPriorities checks the series of a gate's total wait and
+// of its classes, on a gate of 3 with one place reserved for critical
+// callers, in a bubble whose waits last exactly what they are told.
+func TestGateWaitAndPriorities(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewPedanticRegistry()
+		gate, err := limits.NewGate(3, limits.WithReserve(limits.PriorityCritical, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := limitsprom.Register(reg, "ws", gate); err != nil {
+			t.Fatal(err)
+		}
+		a, _ := gate.TryEnterPriority(limits.PrioritySheddable)
+		b, _ := gate.TryEnter()
+		defer b.Release()
+		gate.TryEnterPriority(limits.PrioritySheddable) // shed: the reserve
+		c, _ := gate.TryEnterPriority(limits.PriorityCritical)
+		defer c.Release()
+		// A wait of 5ms that runs out, and a critical caller's let in
+		// after 2ms.
+		gate.Enter(context.Background(), 5*time.Millisecond)
+		go func() {
+			time.Sleep(2 * time.Millisecond)
+			a.Release()
+		}()
+		if p, ok := gate.EnterPriority(context.Background(), time.Second, limits.PriorityCritical); ok {
+			defer p.Release()
+		} else {
+			t.Fatal("Enter refused a place freed while it waited")
+		}
+		want := `
+# HELP limits_gate_priority_admitted_total Requests of the priority the gate let in.
+# TYPE limits_gate_priority_admitted_total counter
+limits_gate_priority_admitted_total{name="ws",priority="critical"} 2
+limits_gate_priority_admitted_total{name="ws",priority="default"} 1
+limits_gate_priority_admitted_total{name="ws",priority="sheddable"} 1
+# HELP limits_gate_priority_capacity Requests inside the gate below which one of the priority may enter: the capacity less the places reserved for higher priorities.
+# TYPE limits_gate_priority_capacity gauge
+limits_gate_priority_capacity{name="ws",priority="critical"} 3
+limits_gate_priority_capacity{name="ws",priority="default"} 2
+limits_gate_priority_capacity{name="ws",priority="sheddable"} 2
+# HELP limits_gate_priority_shed_total Requests of the priority the gate refused at once.
+# TYPE limits_gate_priority_shed_total counter
+limits_gate_priority_shed_total{name="ws",priority="critical"} 0
+limits_gate_priority_shed_total{name="ws",priority="default"} 0
+limits_gate_priority_shed_total{name="ws",priority="sheddable"} 1
+# HELP limits_gate_wait_seconds_total Time the requests that waited for a place in the gate spent waiting, added up: divided by those requests, the mean wait.
+# TYPE limits_gate_wait_seconds_total counter
+limits_gate_wait_seconds_total{name="ws"} 0.007
+# HELP limits_gate_waited_total Requests that waited for a place in the gate and have stopped waiting, let in or not.
+# TYPE limits_gate_waited_total counter
+limits_gate_waited_total{name="ws"} 2
+`
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "limits_gate_priority_admitted_total", "limits_gate_priority_capacity",
+			"limits_gate_priority_shed_total", "limits_gate_wait_seconds_total", "limits_gate_waited_total"); err != nil {
+			t.Error(err)
+		}
+	})
 }

@@ -147,18 +147,31 @@ func (r *Rate) Take(ctx context.Context, key string, n int) (Charge, error) {
 	return c, err
 }
 
+// maxGrace bounds the time a limiter's context ends before the bound on
+// its call (see take).
+const maxGrace = 10 * time.Millisecond
+
 // take asks the policy's limiter about a request of cost n for key. A
 // limiter that decides in process is called directly. Any other is called
 // on its own goroutine under ctx and the policy's timeout, and abandoned
 // when that ends, so that one that never answers cannot hold a request:
 // the call then fails with an error wrapping ErrLimiterTimeout and the
 // context's error, and should the limiter allow the request after all, its
-// charge is given back.
+// charge is given back. The limiter's context ends a little before that
+// bound (a tenth of the time left, at most maxGrace), so that a limiter
+// that gives up at its deadline is heard: its error, with its cause (a
+// refused connection, say), is the call's, rather than the bound's.
 func (r *Rate) take(ctx context.Context, key string, n int) (limits.Decision, error) {
 	if r.local != nil {
 		return r.local.AllowN(key, n), nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.Timeout)
+	lctx, lcancel := ctx, context.CancelFunc(func() {})
+	if d, ok := ctx.Deadline(); ok {
+		if grace := min(time.Until(d)/10, maxGrace); grace > 0 {
+			lctx, lcancel = context.WithDeadline(ctx, d.Add(-grace))
+		}
+	}
 	type result struct {
 		d   limits.Decision
 		err error
@@ -169,7 +182,8 @@ func (r *Rate) take(ctx context.Context, key string, n int) (limits.Decision, er
 	abandoned := make(chan struct{})
 	go func() {
 		defer cancel()
-		d, err := r.Limiter.Take(ctx, key, n)
+		defer lcancel()
+		d, err := r.Limiter.Take(lctx, key, n)
 		select {
 		case done <- result{d, err}:
 		case <-abandoned:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -218,4 +219,39 @@ type counting struct {
 func (c *counting) Take(ctx context.Context, key string, n int) (limits.Decision, error) {
 	c.n++
 	return c.Limiter.Take(ctx, key, n)
+}
+
+// refusedAtDeadline is a limiter with a timeout of its own, as a remote
+// one has, whose store refuses connections: it keeps trying until its
+// deadline, then returns the cause.
+type refusedAtDeadline struct{ timeout time.Duration }
+
+func (l refusedAtDeadline) Take(ctx context.Context, _ string, _ int) (limits.Decision, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	<-ctx.Done()
+	return limits.Decision{}, fmt.Errorf("store unavailable: %w, connecting failed: dial tcp 127.0.0.1:6379: %w", ctx.Err(), syscall.ECONNREFUSED)
+}
+
+func (refusedAtDeadline) Refund(context.Context, string, limits.Decision) error { return nil }
+
+// TestRateTakeKeepsCause checks that when the bound of a limiter call and
+// the limiter's own timeout end together, the error is the limiter's,
+// with its cause, not the bound's.
+func TestRateTakeKeepsCause(t *testing.T) {
+	for _, timeout := range []time.Duration{100 * time.Millisecond, time.Millisecond, time.Second} {
+		synctest.Test(t, func(t *testing.T) {
+			r, _ := NewRate("p", refusedAtDeadline{timeout}, timeout)
+			for i := range 50 {
+				start := time.Now()
+				_, err := r.Take(context.Background(), "k", 1)
+				if !errors.Is(err, syscall.ECONNREFUSED) || !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("timeout %v, call %d: %v, want the limiter's error", timeout, i, err)
+				}
+				if d := time.Since(start); d > timeout {
+					t.Fatalf("timeout %v, call %d: returned after %v", timeout, i, d)
+				}
+			}
+		})
+	}
 }

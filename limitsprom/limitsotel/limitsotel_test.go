@@ -75,14 +75,14 @@ func newMeter() (metric.Meter, *sdkmetric.ManualReader) {
 // descriptions, kinds, attributes and values.
 func TestGate(t *testing.T) {
 	meter, reader := newMeter()
-	gate, _ := limits.NewGate(2)
+	gate, _ := limits.NewGate(2, limits.WithReserve(limits.PriorityCritical, 1))
 	reg, err := limitsotel.Register(meter, "jobs", gate)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p, _ := gate.TryEnter()
 	defer p.Release()
-	gate.TryEnter()
+	gate.TryEnterPriority(limits.PriorityCritical)
 	gate.TryEnter() // shed
 
 	attrs := attribute.NewSet(attribute.String("name", "jobs"))
@@ -99,6 +99,22 @@ func TestGate(t *testing.T) {
 		m.Unit = u
 		return m
 	}
+	byPriority := func(m metricdata.Metrics, v [3]int64) metricdata.Metrics {
+		var dps []metricdata.DataPoint[int64]
+		for i, p := range []string{"sheddable", "default", "critical"} {
+			dps = append(dps, metricdata.DataPoint[int64]{
+				Attributes: attribute.NewSet(attribute.String("name", "jobs"), attribute.String("priority", p)), Value: v[i]})
+		}
+		switch d := m.Data.(type) {
+		case metricdata.Sum[int64]:
+			d.DataPoints = dps
+			m.Data = d
+		case metricdata.Gauge[int64]:
+			d.DataPoints = dps
+			m.Data = d
+		}
+		return m
+	}
 	want := []metricdata.Metrics{
 		gauge("limits.gate.capacity", "Most requests the gate admits at once.", 2),
 		gauge("limits.gate.in_flight", "Requests inside the gate now.", 2),
@@ -110,6 +126,14 @@ func TestGate(t *testing.T) {
 		sum("limits.gate.waited", "Requests that waited for a place in the gate and have stopped waiting, let in or not.", 0),
 		unit(gauge("limits.gate.overloaded", "1 while the gate refuses at once, having judged waiting futile under sustained overload (Gate.AdaptWait); 0 otherwise.", 0), "1"),
 		unit(sum("limits.gate.overloads", "Times the gate began to refuse at once under sustained overload.", 0), "{period}"),
+		{Name: "limits.gate.wait", Unit: "s",
+			Description: "Time the requests that waited for a place in the gate spent waiting, added up: divided by those requests, the mean wait.",
+			Data: metricdata.Sum[float64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true,
+				DataPoints: []metricdata.DataPoint[float64]{{Attributes: attrs, Value: 0}}}},
+		byPriority(gauge("limits.gate.priority_capacity", "Requests inside the gate below which one of the priority may enter: "+
+			"the capacity less the places reserved for higher priorities.", 0), [3]int64{1, 1, 2}),
+		byPriority(sum("limits.gate.priority_admitted", "Requests of the priority the gate let in.", 0), [3]int64{0, 1, 1}),
+		byPriority(sum("limits.gate.priority_shed", "Requests of the priority the gate refused at once.", 0), [3]int64{0, 1, 0}),
 	}
 	got := collect(t, reader)
 	if len(got) != len(want) {
@@ -134,6 +158,8 @@ func dataPoints(m metricdata.Metrics) int {
 	case metricdata.Sum[int64]:
 		return len(d.DataPoints)
 	case metricdata.Gauge[int64]:
+		return len(d.DataPoints)
+	case metricdata.Sum[float64]:
 		return len(d.DataPoints)
 	}
 	return -1
@@ -238,8 +264,8 @@ func TestSameNumbers(t *testing.T) {
 		if f.GetType() == dto.MetricType_HISTOGRAM {
 			continue
 		}
-		name := strings.TrimSuffix(f.GetName(), "_total")
-		name = strings.Replace(strings.Replace(name, "_", ".", 1), "_", ".", 1) // limits.<subsystem>.<name>
+		name := strings.TrimSuffix(strings.TrimSuffix(f.GetName(), "_total"), "_seconds") // the unit is metadata in OpenTelemetry
+		name = strings.Replace(strings.Replace(name, "_", ".", 1), "_", ".", 1)           // limits.<subsystem>.<name>
 		for _, s := range f.GetMetric() {
 			var kv []string
 			for _, l := range s.GetLabel() {
@@ -274,15 +300,25 @@ func TestSameNumbers(t *testing.T) {
 			add(d.DataPoints, true)
 		case metricdata.Gauge[int64]:
 			add(d.DataPoints, false)
+		case metricdata.Sum[float64]:
+			for _, dp := range d.DataPoints {
+				var kv []string
+				for _, a := range dp.Attributes.ToSlice() {
+					kv = append(kv, string(a.Key)+"="+a.Value.AsString())
+				}
+				slices.Sort(kv)
+				fromOTel[m.Name+"{"+strings.Join(kv, ",")+"}"] = point{dp.Value, true}
+			}
 		default:
 			t.Errorf("%s: data of type %T", m.Name, m.Data)
 		}
 	}
 	// The middleware's 11 outcomes, 6 outcomes and 2 table sizes for each
-	// of its 3 policies and 10 of its gate; the same of the Interceptor; 3
-	// of the GCRA; 10 of the gate; 4 calls, 5 kinds of failure and the
-	// fallbacks of the Redis GCRA.
-	if want := 2*(11+3*(6+2)+10) + 3 + 10 + 4 + 5 + 1; len(fromProm) != want {
+	// of its 3 policies and 20 of its gate (11, and 3 by priority for 3
+	// priorities); the same of the Interceptor; 3 of the GCRA; 20 of the
+	// gate; 4 calls, 5 kinds of failure and the fallbacks of the Redis
+	// GCRA.
+	if want := 2*(11+3*(6+2)+20) + 3 + 20 + 4 + 5 + 1; len(fromProm) != want {
 		t.Fatalf("%d Prometheus series, want %d", len(fromProm), want)
 	}
 	for k, p := range fromProm {

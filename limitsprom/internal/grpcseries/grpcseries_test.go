@@ -109,4 +109,5 @@ func TestMethodSeries(t *testing.T) {
 type collect struct{ got map[string]int64 }
 
 func (c *collect) Value(m int, v int64, labels ...string)              { c.got[labels[0]+" "+labels[1]] = v }
+func (c *collect) Float(int, float64, ...string)                       {}
 func (c *collect) Histogram(int, uint64, float64, []float64, []uint64) {}

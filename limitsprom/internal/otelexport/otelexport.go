@@ -20,14 +20,16 @@ func Register(pkg string, meter metric.Meter, name string, set series.Set) (metr
 	if name == "" || !utf8.ValidString(name) {
 		return nil, errors.New(pkg + ": the name must be a non-empty UTF-8 string")
 	}
-	insts := make([]metric.Int64Observable, len(set.Metrics))
+	insts := make([]metric.Observable, len(set.Metrics))
 	var observed []metric.Observable
 	for i, m := range set.Metrics {
 		var err error
-		switch m.Kind {
-		case series.Counter:
+		switch {
+		case m.Kind == series.Counter && m.Unit == "s":
+			insts[i], err = meter.Float64ObservableCounter(m.OTel(), metric.WithDescription(m.Help), metric.WithUnit(m.Unit))
+		case m.Kind == series.Counter:
 			insts[i], err = meter.Int64ObservableCounter(m.OTel(), metric.WithDescription(m.Help), metric.WithUnit(m.Unit))
-		case series.Gauge:
+		case m.Kind == series.Gauge:
 			insts[i], err = meter.Int64ObservableGauge(m.OTel(), metric.WithDescription(m.Help), metric.WithUnit(m.Unit))
 		default:
 			continue // no asynchronous histogram
@@ -48,7 +50,7 @@ func Register(pkg string, meter metric.Meter, name string, set series.Set) (metr
 // observer observes one component's instruments.
 type observer struct {
 	set   series.Set
-	insts []metric.Int64Observable // of set.Metrics, in order; nil for histograms
+	insts []metric.Observable // of set.Metrics, in order; nil for histograms
 	name  attribute.KeyValue
 	o     metric.Observer // during observe
 }
@@ -64,12 +66,22 @@ func (o *observer) observe(_ context.Context, obs metric.Observer) error {
 
 // Value observes the value of a counter or a gauge.
 func (o *observer) Value(m int, v int64, labels ...string) {
+	o.o.ObserveInt64(o.insts[m].(metric.Int64Observable), v, o.attrs(m, labels))
+}
+
+// Float observes the value of a counter in seconds.
+func (o *observer) Float(m int, v float64, labels ...string) {
+	o.o.ObserveFloat64(o.insts[m].(metric.Float64Observable), v, o.attrs(m, labels))
+}
+
+// attrs returns the attributes of a value of metric m.
+func (o *observer) attrs(m int, labels []string) metric.ObserveOption {
 	attrs := make([]attribute.KeyValue, 1, 1+len(labels))
 	attrs[0] = o.name
 	for i, l := range labels {
 		attrs = append(attrs, attribute.String(o.set.Metrics[m].Labels[i], l))
 	}
-	o.o.ObserveInt64(o.insts[m], v, metric.WithAttributes(attrs...))
+	return metric.WithAttributes(attrs...)
 }
 
 // Histogram observes nothing: OpenTelemetry has no asynchronous

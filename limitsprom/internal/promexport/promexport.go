@@ -66,8 +66,13 @@ var valueTypes = [...]prometheus.ValueType{series.Counter: prometheus.CounterVal
 // descriptions made here cannot cause, is sent as an invalid metric, for
 // the registry to report.
 func (e emitter) Value(m int, v int64, labels ...string) {
+	e.Float(m, float64(v), labels...)
+}
+
+// Float sends the value of a counter or a gauge in seconds, as Value does.
+func (e emitter) Float(m int, v float64, labels ...string) {
 	d := e.c.descs[m]
-	metric, err := prometheus.NewConstMetric(d, valueTypes[e.c.set.Metrics[m].Kind], float64(v), labels...)
+	metric, err := prometheus.NewConstMetric(d, valueTypes[e.c.set.Metrics[m].Kind], v, labels...)
 	if err != nil {
 		metric = prometheus.NewInvalidMetric(d, err)
 	}

@@ -17,36 +17,40 @@ import (
 
 // Types holds the type of every metric the module exports.
 var Types = map[string]dto.MetricType{
-	"limits_gate_capacity":               dto.MetricType_GAUGE,
-	"limits_gate_in_flight":              dto.MetricType_GAUGE,
-	"limits_gate_peak_in_flight":         dto.MetricType_GAUGE,
-	"limits_gate_waiting":                dto.MetricType_GAUGE,
-	"limits_gate_admitted_total":         dto.MetricType_COUNTER,
-	"limits_gate_shed_total":             dto.MetricType_COUNTER,
-	"limits_gate_timed_out_total":        dto.MetricType_COUNTER,
-	"limits_gate_waited_total":           dto.MetricType_COUNTER,
-	"limits_gate_overloaded":             dto.MetricType_GAUGE,
-	"limits_gate_overloads_total":        dto.MetricType_COUNTER,
-	"limits_gcra_keys":                   dto.MetricType_GAUGE,
-	"limits_gcra_max_keys":               dto.MetricType_GAUGE,
-	"limits_gcra_table_full_total":       dto.MetricType_COUNTER,
-	"limits_http_requests_total":         dto.MetricType_COUNTER,
-	"limits_http_policy_requests_total":  dto.MetricType_COUNTER,
-	"limits_http_policy_keys":            dto.MetricType_GAUGE,
-	"limits_http_policy_max_keys":        dto.MetricType_GAUGE,
-	"limits_grpc_requests_total":         dto.MetricType_COUNTER,
-	"limits_grpc_policy_requests_total":  dto.MetricType_COUNTER,
-	"limits_grpc_policy_keys":            dto.MetricType_GAUGE,
-	"limits_grpc_policy_max_keys":        dto.MetricType_GAUGE,
-	"limits_redis_calls_total":           dto.MetricType_COUNTER,
-	"limits_redis_failures_total":        dto.MetricType_COUNTER,
-	"limits_redis_fallbacks_total":       dto.MetricType_COUNTER,
-	"limits_redis_call_duration_seconds": dto.MetricType_HISTOGRAM,
+	"limits_gate_capacity":                dto.MetricType_GAUGE,
+	"limits_gate_in_flight":               dto.MetricType_GAUGE,
+	"limits_gate_peak_in_flight":          dto.MetricType_GAUGE,
+	"limits_gate_waiting":                 dto.MetricType_GAUGE,
+	"limits_gate_admitted_total":          dto.MetricType_COUNTER,
+	"limits_gate_shed_total":              dto.MetricType_COUNTER,
+	"limits_gate_timed_out_total":         dto.MetricType_COUNTER,
+	"limits_gate_waited_total":            dto.MetricType_COUNTER,
+	"limits_gate_overloaded":              dto.MetricType_GAUGE,
+	"limits_gate_overloads_total":         dto.MetricType_COUNTER,
+	"limits_gate_wait_seconds_total":      dto.MetricType_COUNTER,
+	"limits_gate_priority_capacity":       dto.MetricType_GAUGE,
+	"limits_gate_priority_admitted_total": dto.MetricType_COUNTER,
+	"limits_gate_priority_shed_total":     dto.MetricType_COUNTER,
+	"limits_gcra_keys":                    dto.MetricType_GAUGE,
+	"limits_gcra_max_keys":                dto.MetricType_GAUGE,
+	"limits_gcra_table_full_total":        dto.MetricType_COUNTER,
+	"limits_http_requests_total":          dto.MetricType_COUNTER,
+	"limits_http_policy_requests_total":   dto.MetricType_COUNTER,
+	"limits_http_policy_keys":             dto.MetricType_GAUGE,
+	"limits_http_policy_max_keys":         dto.MetricType_GAUGE,
+	"limits_grpc_requests_total":          dto.MetricType_COUNTER,
+	"limits_grpc_policy_requests_total":   dto.MetricType_COUNTER,
+	"limits_grpc_policy_keys":             dto.MetricType_GAUGE,
+	"limits_grpc_policy_max_keys":         dto.MetricType_GAUGE,
+	"limits_redis_calls_total":            dto.MetricType_COUNTER,
+	"limits_redis_failures_total":         dto.MetricType_COUNTER,
+	"limits_redis_fallbacks_total":        dto.MetricType_COUNTER,
+	"limits_redis_call_duration_seconds":  dto.MetricType_HISTOGRAM,
 }
 
 // boundedLabels are the labels metrics may carry, each with a value set
 // fixed by the code or the configuration.
-var boundedLabels = map[string]bool{"name": true, "layer": true, "outcome": true, "policy": true, "op": true, "result": true, "kind": true}
+var boundedLabels = map[string]bool{"name": true, "layer": true, "outcome": true, "policy": true, "priority": true, "op": true, "result": true, "kind": true}
 
 // Scrape returns the metric families served at url, in the text format.
 func Scrape(t testing.TB, url string) map[string]*dto.MetricFamily {

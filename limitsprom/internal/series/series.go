@@ -29,14 +29,17 @@ const (
 // Metric describes one metric of a component.
 type Metric struct {
 	// Subsystem and Name make the metric's name: limits_<Subsystem>_<Name>
-	// for Prometheus, counters with _total appended and histograms with
-	// _seconds; limits.<Subsystem>.<Name> for OpenTelemetry.
+	// for Prometheus, counters with _total appended, histograms and
+	// counters in seconds with _seconds (and _total);
+	// limits.<Subsystem>.<Name> for OpenTelemetry.
 	Subsystem, Name string
 	// Help describes the metric, as one sentence or two.
 	Help string
 	Kind Kind
 	// Unit is the metric's unit in UCUM, as OpenTelemetry takes it: "s"
-	// for the seconds of a histogram, "{request}" and so on for counts.
+	// for the seconds of a histogram or a counter, "{request}" and so on
+	// for counts. A counter in "s" has float64 values, sent with
+	// Emitter.Float.
 	Unit string
 	// Labels names the variable labels, whose values are given with each
 	// value, in this order.
@@ -48,6 +51,9 @@ type Emitter interface {
 	// Value is the value of the series of metric m with the label values
 	// given, of a Counter or a Gauge.
 	Value(m int, v int64, labels ...string)
+	// Float is the value of the series of metric m with the label values
+	// given, of a Counter in seconds.
+	Float(m int, v float64, labels ...string)
 	// Histogram is the value of a Histogram metric m: count values
 	// adding up to sum, of which cumulative[i] were at most bounds[i].
 	Histogram(m int, count uint64, sum float64, bounds []float64, cumulative []uint64)
@@ -68,6 +74,9 @@ func (m *Metric) Prometheus() string {
 	n := "limits_" + m.Subsystem + "_" + m.Name
 	switch m.Kind {
 	case Counter:
+		if m.Unit == "s" {
+			return n + "_seconds_total"
+		}
 		return n + "_total"
 	case Histogram:
 		return n + "_seconds"
@@ -110,6 +119,10 @@ const (
 	gateWaited
 	gateOverloaded
 	gateOverloads
+	gateWait
+	gatePriorityCapacity
+	gatePriorityAdmitted
+	gatePriorityShed
 	nGate
 )
 
@@ -136,6 +149,14 @@ var gateMetrics = [nGate]Metric{
 		Help: "1 while the gate refuses at once, having judged waiting futile under sustained overload (Gate.AdaptWait); 0 otherwise."},
 	gateOverloads: {Subsystem: "gate", Name: "overloads", Kind: Counter, Unit: "{period}",
 		Help: "Times the gate began to refuse at once under sustained overload."},
+	gateWait: {Subsystem: "gate", Name: "wait", Kind: Counter, Unit: "s",
+		Help: "Time the requests that waited for a place in the gate spent waiting, added up: divided by those requests, the mean wait."},
+	gatePriorityCapacity: {Subsystem: "gate", Name: "priority_capacity", Kind: Gauge, Unit: "{request}", Labels: []string{"priority"},
+		Help: "Requests inside the gate below which one of the priority may enter: the capacity less the places reserved for higher priorities."},
+	gatePriorityAdmitted: {Subsystem: "gate", Name: "priority_admitted", Kind: Counter, Unit: "{request}", Labels: []string{"priority"},
+		Help: "Requests of the priority the gate let in."},
+	gatePriorityShed: {Subsystem: "gate", Name: "priority_shed", Kind: Counter, Unit: "{request}", Labels: []string{"priority"},
+		Help: "Requests of the priority the gate refused at once."},
 }
 
 // readGate sends the values of a Gate's snapshot s, whose metrics start
@@ -155,6 +176,13 @@ func readGate(e Emitter, at int, s limits.GateStats) {
 	}
 	e.Value(at+gateOverloaded, overloaded)
 	e.Value(at+gateOverloads, Count(s.Overloads))
+	e.Float(at+gateWait, s.WaitTime.Seconds())
+	for _, c := range s.Classes {
+		p := c.Priority.String()
+		e.Value(at+gatePriorityCapacity, int64(c.Limit), p)
+		e.Value(at+gatePriorityAdmitted, Count(c.Admitted), p)
+		e.Value(at+gatePriorityShed, Count(c.Shed), p)
+	}
 }
 
 func gateSet(g *limits.Gate) Set {

@@ -42,26 +42,34 @@ func ExampleRegister() {
 			dps = d.DataPoints
 		case metricdata.Gauge[int64]:
 			dps = d.DataPoints
+		case metricdata.Sum[float64]: // seconds, counted here in whole ones
+			for _, dp := range d.DataPoints {
+				dps = append(dps, metricdata.DataPoint[int64]{Value: int64(dp.Value)})
+			}
 		}
 		var sum int64
 		for _, dp := range dps {
 			sum += dp.Value
 		}
-		fmt.Printf("%-28s %-9s %2d points, sum %d\n", m.Name, m.Unit, len(dps), sum)
+		fmt.Printf("%-29s %-9s %2d points, sum %d\n", m.Name, m.Unit, len(dps), sum)
 	}
 	// Output:
-	// limits.grpc.requests         {call}    11 points, sum 0
-	// limits.grpc.policy_requests  {call}     6 points, sum 0
-	// limits.grpc.policy_keys      {key}      1 points, sum 0
-	// limits.grpc.policy_max_keys  {key}      1 points, sum 10000
-	// limits.gate.capacity         {request}  1 points, sum 64
-	// limits.gate.in_flight        {request}  1 points, sum 0
-	// limits.gate.peak_in_flight   {request}  1 points, sum 0
-	// limits.gate.waiting          {request}  1 points, sum 0
-	// limits.gate.admitted         {request}  1 points, sum 0
-	// limits.gate.shed             {request}  1 points, sum 0
-	// limits.gate.timed_out        {request}  1 points, sum 0
-	// limits.gate.waited           {request}  1 points, sum 0
-	// limits.gate.overloaded       1          1 points, sum 0
-	// limits.gate.overloads        {period}   1 points, sum 0
+	// limits.grpc.requests          {call}    11 points, sum 0
+	// limits.grpc.policy_requests   {call}     6 points, sum 0
+	// limits.grpc.policy_keys       {key}      1 points, sum 0
+	// limits.grpc.policy_max_keys   {key}      1 points, sum 10000
+	// limits.gate.capacity          {request}  1 points, sum 64
+	// limits.gate.in_flight         {request}  1 points, sum 0
+	// limits.gate.peak_in_flight    {request}  1 points, sum 0
+	// limits.gate.waiting           {request}  1 points, sum 0
+	// limits.gate.admitted          {request}  1 points, sum 0
+	// limits.gate.shed              {request}  1 points, sum 0
+	// limits.gate.timed_out         {request}  1 points, sum 0
+	// limits.gate.waited            {request}  1 points, sum 0
+	// limits.gate.overloaded        1          1 points, sum 0
+	// limits.gate.overloads         {period}   1 points, sum 0
+	// limits.gate.wait              s          1 points, sum 0
+	// limits.gate.priority_capacity {request}  3 points, sum 192
+	// limits.gate.priority_admitted {request}  3 points, sum 0
+	// limits.gate.priority_shed     {request}  3 points, sum 0
 }
