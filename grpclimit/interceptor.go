@@ -71,6 +71,7 @@ const (
 type Interceptor struct {
 	exempt    func(string) bool
 	capacity  *front.Capacity // nil: no gate
+	priority  func(context.Context, string) limits.Priority
 	timeout   time.Duration
 	busyRetry time.Duration
 
@@ -202,6 +203,7 @@ func New(cfg Config) (*Interceptor, error) {
 		busyRetry: cfg.BusyRetryAfter,
 		messages:  cfg.LimitMessages,
 		logger:    cfg.Logger,
+		priority:  cfg.Priority,
 	}
 	if it.exempt == nil {
 		it.exempt = DefaultExempt
@@ -397,9 +399,14 @@ func (it *Interceptor) clientKey(ctx context.Context) string {
 	return it.id.Key(p.Addr.String(), fwd)
 }
 
-// enter takes a place in the gate for the call of ctx, into h.
-func (it *Interceptor) enter(ctx context.Context, h *front.Held) bool {
-	ok := it.capacity.Enter(ctx, h)
+// enter takes a place in the gate for the call of ctx, of method, into h,
+// in the class Config.Priority gives it.
+func (it *Interceptor) enter(ctx context.Context, method string, h *front.Held) bool {
+	p := limits.PriorityDefault
+	if it.priority != nil {
+		p = it.priority(ctx, method)
+	}
+	ok := it.capacity.Enter(ctx, h, p)
 	if !ok {
 		it.n.ServerBusy.Add(1)
 	}
@@ -480,7 +487,7 @@ func (it *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 		ctx = q
 	}
 	tr := unaryTrailer{ctx}
-	if it.capacity != nil && !it.enter(ctx, &q.held) {
+	if it.capacity != nil && !it.enter(ctx, info.FullMethod, &q.held) {
 		return nil, it.refuse(ctx, tr, info.FullMethod, "", it.busy[ReasonServerBusy])
 	}
 	// The deadline bounds the whole call from its admission: the rate

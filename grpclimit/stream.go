@@ -38,7 +38,7 @@ func (it *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	// capacity; one established gives its place back with Success.
 	result := adaptive.Ignored
 	defer func() { s.q.release(result) }()
-	if it.capacity != nil && !it.enter(ctx, &s.q.held) {
+	if it.capacity != nil && !it.enter(ctx, info.FullMethod, &s.q.held) {
 		return it.refuse(ctx, ss, info.FullMethod, "", it.busy[ReasonServerBusy])
 	}
 	if it.capacity != nil && it.timeout > 0 {

@@ -71,6 +71,17 @@ type Config struct {
 	// requests it admits, as with Adaptive, along with every other user
 	// of the gate.
 	Controller *adaptive.Controller
+	// Priority, if set, returns a request's class at the gate, such as
+	// limits.PriorityCritical for a reconnect or a health-critical call and
+	// limits.PrioritySheddable for a prefetch; nil, or a gate without
+	// reserves, puts every request in limits.PriorityDefault. The places a
+	// gate keeps for the classes above a request's (limits.WithReserve, on
+	// a gate made with limits.NewGate and given as Gate) are not its to
+	// take: under a flood of sheddable requests, critical ones still get
+	// in. Read the class from what the caller cannot choose (the route,
+	// an authenticated identity), or a client may promote itself. The
+	// gate counts each class's admissions and refusals (Stats.Gate).
+	Priority func(*http.Request) limits.Priority
 	// Timeout, if positive, is a deadline for each request, from when the
 	// gate lets it in (from its arrival, without a gate): it bounds the
 	// rate layers' limiter calls (each also by LimiterTimeout) and the

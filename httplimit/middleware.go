@@ -74,6 +74,7 @@ type Middleware struct {
 type core struct {
 	exempt    func(*http.Request) bool
 	capacity  *front.Capacity // nil: no gate
+	priority  func(*http.Request) limits.Priority
 	timeout   time.Duration
 	busyRetry time.Duration
 	limTime   time.Duration // bound on each limiter call
@@ -211,6 +212,7 @@ type Denial struct {
 func New(cfg Config) (*Middleware, error) {
 	c := &core{
 		exempt:         cfg.Exempt,
+		priority:       cfg.Priority,
 		timeout:        cfg.Timeout,
 		onError:        cfg.OnLimiterError,
 		inflightStatus: front.Or(cfg.InFlightStatus, http.StatusTooManyRequests),
@@ -404,7 +406,7 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		r = r.WithContext(q)
 	}
 
-	if c.capacity != nil && !c.capacity.Enter(r.Context(), &q.held) {
+	if c.capacity != nil && !c.capacity.Enter(r.Context(), &q.held, c.priorityOf(r)) {
 		c.n.ServerBusy.Add(1)
 		c.refuse(w, r, "", Denial{Status: http.StatusServiceUnavailable, Reason: ReasonServerBusy, RetryAfter: c.busyRetry})
 		return
@@ -496,6 +498,15 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	q.w = writer{ResponseWriter: w, q: q}
 	next.ServeHTTP(&q.w, r)
 	outcome = q.w.outcome()
+}
+
+// priorityOf returns the class of r at the gate: Config.Priority's, or
+// limits.PriorityDefault without one.
+func (c *core) priorityOf(r *http.Request) limits.Priority {
+	if c.priority == nil {
+		return limits.PriorityDefault
+	}
+	return c.priority(r)
 }
 
 // admit applies the rate layers to a request that holds nothing else, and

@@ -111,18 +111,19 @@ func shared(cfg CapacityConfig) (*Capacity, error) {
 	return &Capacity{Gate: g, Ctrl: cfg.Ctrl, Wait: cfg.Wait, Shared: true}, nil
 }
 
-// Enter lets a request in, waiting at most c.Wait for a place, and reports
-// whether it did; h then holds the place. c may be nil: no gate, and
-// every request is let in.
-func (c *Capacity) Enter(ctx context.Context, h *Held) bool {
+// Enter lets a request of class p in, waiting at most c.Wait for a
+// place, and reports whether it did; h then holds the place. The gate's
+// reserves (limits.WithReserve) keep the places of the classes above p
+// from it. c may be nil: no gate, and every request is let in.
+func (c *Capacity) Enter(ctx context.Context, h *Held, p limits.Priority) bool {
 	if c == nil {
 		return true
 	}
 	var ok bool
 	if c.Wait > 0 {
-		h.permit, ok = c.Gate.Enter(ctx, c.Wait)
+		h.permit, ok = c.Gate.EnterPriority(ctx, c.Wait, p)
 	} else {
-		h.permit, ok = c.Gate.TryEnter()
+		h.permit, ok = c.Gate.TryEnterPriority(p)
 	}
 	if ok && c.Ctrl != nil {
 		h.ctrl, h.start = c.Ctrl, time.Now()
