@@ -326,8 +326,10 @@ func (m *Middleware) Stats() Stats {
 type request struct {
 	context.Context
 	c       *core
-	held    front.Held // the request's place in the gate
-	w       writer     // the handler's ResponseWriter, with a gate and no Timeout
+	held    front.Held               // the request's place in the gate
+	w       writer                   // the handler's ResponseWriter, with a gate and no Timeout
+	key     [front.KeyBytes]byte     // the bytes of client, when clientKeyIn made it
+	fields  [len(rateHeaders)]string // the rate limit header fields' values
 	slots   *front.Slots
 	client  string         // the address key, counted in slots if slots is set
 	charges []front.Charge // what the rate layers charged, for a route's later refusal
@@ -424,7 +426,11 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if len(m.rates) > 0 || c.slots != nil || nested {
 		// A route's policy keyed by address needs it, even where m has no
 		// rate layer of its own.
-		addr = c.clientKey(r)
+		if q != nil {
+			addr = c.clientKeyIn(r, q)
+		} else {
+			addr = c.clientKey(r)
+		}
 	}
 	if q == nil {
 		// Nothing to hold: the charges live on this goroutine's stack.
@@ -481,7 +487,7 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		q.charges = append(make([]front.Charge, 0, len(charges)+2), charges...)
 	}
 
-	c.setRateHeaders(w.Header(), charges)
+	c.setRateHeaders(w.Header(), charges, q.fields[:0])
 	c.n.Allowed.Add(1)
 	if c.timeout > 0 {
 		handedOff = true
@@ -515,7 +521,7 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, addr string) 
 	var buf [4]front.Charge
 	charges, ok := m.limit(w, r, addr, m.rates, buf[:0])
 	if ok {
-		m.c.setRateHeaders(w.Header(), charges)
+		m.c.setRateHeaders(w.Header(), charges, nil)
 	}
 	return ok
 }
@@ -536,7 +542,7 @@ func (m *Middleware) serveRoute(next http.Handler, w http.ResponseWriter, r *htt
 		return
 	}
 	q.charges = charges
-	c.setRateHeaders(w.Header(), charges)
+	c.setRateHeaders(w.Header(), charges, nil)
 	next.ServeHTTP(w, r)
 }
 

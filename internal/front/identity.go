@@ -31,6 +31,11 @@ func (id *Identity) Key(peer string, forwarded func() []string) string {
 	return id.KeyOf(ParseHost(peer), forwarded)
 }
 
+// AppendKey appends to b the key Key returns (at most KeyBytes bytes).
+func (id *Identity) AppendKey(b []byte, peer string, forwarded func() []string) []byte {
+	return id.AppendKeyOf(b, ParseHost(peer), forwarded)
+}
+
 // Trusted reports whether a is inside one of the trusted proxy prefixes.
 func (id *Identity) Trusted(a netip.Addr) bool {
 	for _, p := range id.Proxies {
