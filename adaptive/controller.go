@@ -35,12 +35,13 @@ const (
 	DefaultSamples    = 50
 	DefaultProbeEvery = 30 * time.Second
 	DefaultHistory    = 64
-	// DefaultQuantile is the latency quantile whose shift from the
-	// baseline Gradient and Vegas read as queueing.
+	// DefaultQuantile is the lowest latency quantile whose shift from
+	// the baseline Gradient and Vegas read as queueing, with the mean's
+	// and the quartile's and the median's.
 	DefaultQuantile = 0.1
 	// DefaultTolerance is the queueing Gradient accepts, as a fraction of
-	// the baseline's median latency.
-	DefaultTolerance = 0.05
+	// the baseline's mean latency.
+	DefaultTolerance = 0.02
 )
 
 // ErrConfig is wrapped by the errors New returns for a Config it cannot
@@ -62,18 +63,26 @@ type Config struct {
 	// 0 means DefaultWindow.
 	Window time.Duration
 	// Samples is the fewest requests a window needs to have seen complete;
-	// 0 means DefaultSamples. A probe for the baseline needs four times
-	// as many.
+	// 0 means DefaultSamples. The baseline needs four times as many.
 	Samples int
 	// ProbeEvery is how often the Controller measures the baseline, the
 	// latency of requests served without queueing, which Gradient and
-	// Vegas compare each window's to: it lowers the gate's limit to half
-	// (but not below Min) until 4*Samples requests admitted at that
-	// concurrency have completed, then restores it. The first probe starts
-	// at once; while probes find latency falling by more than 10% at half
-	// the concurrency, which means the concurrency was past the capacity,
-	// they halve it again. 0 means DefaultProbeEvery; < 0 never measures
-	// the baseline, for a law that does not read it, such as AIMD.
+	// Vegas compare each window's to. It measures only while the limit
+	// holds the load back (a window in which the gate was full and the
+	// demand, Window.Demand, reached the limit, as did the window's
+	// before), so a gate that is not the constraint costs nothing. It
+	// lowers the limit to half for one window; while latency there is
+	// lower than at the limit, beyond the windows' sampling error, which
+	// means the limit was past the capacity, it halves again; where it
+	// is not, it gathers 4*Samples requests for the baseline, then
+	// restores the limit (no higher than a concurrency found past the
+	// capacity). The first time, when latency at half the limit is no
+	// lower, the limit may be too low: it doubles the limit, one window
+	// each, until latency rises, and takes the windows before as the
+	// baseline. A law's cuts that do not lower latency (by 10% of the
+	// limit) mean the baseline reads too low: it is measured again, at
+	// once. 0 means DefaultProbeEvery; < 0 never measures the baseline,
+	// for a law that does not read it, such as AIMD.
 	ProbeEvery time.Duration
 	// History is how many windows Stats.History keeps; 0 means
 	// DefaultHistory.
@@ -120,12 +129,34 @@ type Controller struct {
 	stale   atomic.Uint64
 	hist    liveHist
 	turning atomic.Bool // a call is closing or ending the window
+	// slowest is twice the longest latency of the last window: a window
+	// closed to admissions waits that long for its requests to complete,
+	// so that a slow service's long requests count.
+	slowest atomic.Int64
 
-	mu       sync.Mutex // guards what follows
-	limit    float64
-	rises    int
+	mu    sync.Mutex // guards what follows
+	limit float64
+	rises int
+	knee  int // the limit of the last window after which it fell, or 0
+	// acc gathers the accN windows in a row, up to maxHeld, after which
+	// the limit held, for the law to read together with the next.
+	acc  Window
+	accN int
+	// cutW is the window after which the law began to cut the limit, if
+	// cutN is 1: once the limit is 10% lower, latency should be too.
+	cutW Window
+	cutN int
+	// prevW is the window after which the limit began to rise, if prevN
+	// is 1.
+	prevW    Window
+	prevN    int
 	refused  uint64 // the gate's refusals when the window began
 	admitted uint64 // the gate's admissions when the window began
+	arrived  int    // requests that came while the window was open, once closed
+	// held is the limit of the window before, or 0 after a probe: a
+	// window whose limit was about the same as the one before measured
+	// the gate as it stands at that limit, not filling.
+	held     int
 	baseline *Window
 	last     Window
 	probe    probe
@@ -143,17 +174,27 @@ type probe struct {
 	on     bool
 	at     int     // the concurrency probed
 	resume float64 // the limit to restore
-	// cascade is set once a probe has found latency lower at half the
-	// concurrency of the probe before, last.
-	cascade bool
-	last    Window
-	above   int   // a concurrency found past the capacity, or 0
-	next    int64 // when the next probe starts, on the Controller's clock
+	// up is set while the probe climbs, doubling the concurrency, from
+	// one found without queueing, the first time.
+	up bool
+	// last is the window of the step before: at twice the concurrency
+	// going down, at half going up.
+	last Window
+	// base gathers the windows without queueing for the baseline, while
+	// climbing.
+	base Window
+	// final is set once the probe has found the concurrency without
+	// queueing, and gathers the baseline there.
+	final bool
+	// rebase is set when the probe measures a baseline found wrong: the
+	// new one replaces it.
+	rebase bool
+	above  int   // a concurrency found past the capacity, or 0
+	next   int64 // when the next probe starts, on the Controller's clock
 }
 
 // New returns a Controller of g's maximum, which it sets to the initial
-// limit (and, unless cfg.ProbeEvery < 0, lowers at once for the first
-// probe), or an error wrapping ErrConfig naming the field it cannot use.
+// limit, or an error wrapping ErrConfig naming the field it cannot use.
 func New(g *limits.Gate, cfg Config) (*Controller, error) {
 	if g == nil {
 		return nil, fmt.Errorf("%w: nil gate", ErrConfig)
@@ -186,9 +227,6 @@ func New(g *limits.Gate, cfg Config) (*Controller, error) {
 	c.limit = float64(min(max(initial, c.min), c.max))
 	c.want.Store(int64(c.samples))
 	g.SetMax(int(c.limit))
-	if c.probeEvery >= 0 {
-		c.startProbe(c.probeAt(c.limit))
-	}
 	c.begin(0)
 	return c, nil
 }
@@ -259,7 +297,7 @@ func (c *Controller) Observe(latency time.Duration, o Outcome) {
 		if now-start >= c.window && c.n.Load()+c.drops.Load() >= c.want.Load() {
 			c.close(now)
 		}
-	} else if c.complete() || now-closed >= max(c.window, closed-start) {
+	} else if c.complete() || now-closed >= max(c.window, closed-start, c.slowest.Load()) {
 		c.end(now)
 	}
 }
@@ -273,7 +311,9 @@ func (c *Controller) close(now int64) {
 	c.mu.Lock()
 	if c.closed.Load() == open {
 		c.closed.Store(now)
-		c.due.Store(int64(c.gate.Stats().Admitted - c.admitted))
+		s := c.gate.Stats()
+		c.due.Store(int64(s.Admitted - c.admitted))
+		c.arrived = int(s.Admitted-c.admitted) + int(s.Shed+s.TimedOut-c.refused)
 	}
 	c.mu.Unlock()
 	c.turning.Store(false)
@@ -284,7 +324,9 @@ func (c *Controller) close(now int64) {
 
 // complete reports whether the window, closed to admissions, has seen all
 // the requests it admitted complete, but for one in 64: requests admitted
-// as it closed may count or not.
+// as it closed may count or not, and so may the slowest requests, which
+// the window waits for up to twice the longest latency of the window
+// before.
 func (c *Controller) complete() bool {
 	due := c.due.Load()
 	return c.n.Load()+c.drops.Load()+c.ignored.Load() >= due-max(due/64, 1)
@@ -319,16 +361,20 @@ func (c *Controller) end(now int64) {
 		Limit:       c.current(),
 		MaxInFlight: int(c.maxIn.Swap(0)),
 		Refused:     int(gs.Shed + gs.TimedOut - c.refused),
+		Arrived:     c.arrived,
+		admitted:    int(c.due.Load()),
 		Samples:     int(c.n.Swap(0)),
 		Dropped:     int(c.drops.Swap(0)),
 		Ignored:     int(c.ignored.Swap(0)),
 		Rises:       c.rises,
+		Knee:        c.knee,
 		Baseline:    c.baseline,
 		sum:         c.sum.Swap(0),
 	}
 	for i := range c.hist {
 		w.hist[i] = c.hist[i].Swap(0)
 	}
+	c.slowest.Store(2 * int64(w.Quantile(1)))
 	c.windows++
 	c.total += uint64(w.Samples)
 	c.dropped += uint64(w.Dropped)
@@ -339,18 +385,87 @@ func (c *Controller) end(now int64) {
 		c.endProbe(now, w)
 	} else {
 		old := c.current()
-		next := c.law.Next(c.limit, w)
+		// A window measured the queue as it stands at its limit, rather
+		// than filling or draining, if the window before was at about the
+		// same limit, or, the first after the start or a probe, if it saw
+		// many more requests than its limit.
+		if c.held > 0 {
+			w.steady = math.Abs(float64(w.Limit-c.held)) <= max(1, 0.1*float64(w.Limit))
+		} else {
+			w.steady = w.Samples >= 4*w.Limit
+			w.filling = !w.steady
+		}
+		// Cuts that did not lower latency mean it was not queueing: the
+		// baseline reads too low, and is measured again.
+		suspect := false
+		switch {
+		case c.cutN == 0:
+		case w.Limit > c.cutW.Limit || c.baseline == nil || c.cutW.Baseline != c.baseline:
+			c.cutN = 0
+		case float64(w.Limit) <= 0.9*float64(c.cutW.Limit) && w.steady:
+			// (A window right after a cut still drains the queue of the
+			// limit before.)
+			d1, e1 := delay(&c.cutW, c.baseline)
+			d2, e2 := delay(w, c.baseline)
+			suspect = d2 > 3*e2 && d2 >= d1-e1/2
+			c.cutN = 0
+		}
+		if c.prevN > 0 && c.baseline == nil {
+			w.prev = &c.prevW
+		}
+		lw := w
+		if c.accN > 0 && c.accN < maxHeld && c.acc.Limit == w.Limit && c.acc.Baseline == w.Baseline &&
+			queueing(w, &c.acc) <= 0 && queueing(&c.acc, w) <= 0 {
+			// The limit held, and latency is as it was: the law reads
+			// this window with those before, more precisely.
+			c.acc.extend(w)
+			lw = &c.acc
+		}
+		next := c.law.Next(c.limit, lw)
 		if math.IsNaN(next) || math.IsInf(next, 0) {
 			next = c.limit
 		}
 		c.limit = min(max(next, float64(c.min)), float64(c.max))
+		switch {
+		case c.current() != old:
+			c.accN = 0
+		case lw == w:
+			c.acc, c.accN = *w, 1
+		default:
+			c.accN++
+		}
 		if c.current() > old {
 			c.rises++
 		} else {
 			c.rises = 0
 		}
-		if c.probeEvery >= 0 && now >= c.probe.next {
-			c.startProbe(c.probeAt(c.limit))
+		switch {
+		case c.current() < old:
+			c.knee = old
+			if c.cutN == 0 {
+				c.cutW, c.cutN = *lw, 1
+			}
+		case c.knee > 0 && c.current() > c.knee:
+			// Past where queueing was last found, without: the
+			// capacity has grown, or the reading was noise.
+			c.knee, c.rises = 0, 0
+		}
+		steady := constrained(w) && w.steady
+		if c.probeEvery >= 0 && (c.baseline == nil || now >= c.probe.next || suspect) && steady {
+			c.startProbe(now, w)
+			c.probe.rebase = suspect
+		}
+		c.held = 0
+		if !c.probe.on {
+			c.held = w.Limit
+		}
+		switch {
+		case c.current() > old && !c.probe.on && c.prevN == 0:
+			// The reference of the latency of the windows that follow
+			// while the limit rises, before a baseline.
+			c.prevW, c.prevN = *w, 1
+		case c.current() < old:
+			c.prevN = 0
 		}
 	}
 	c.gate.SetMax(c.current())
@@ -358,81 +473,176 @@ func (c *Controller) end(now int64) {
 	c.begin(now)
 }
 
-// probeAt returns the concurrency at which to probe from a limit.
-func (c *Controller) probeAt(limit float64) int {
-	return max(c.min, int(math.Ceil(limit/2)))
-}
+// maxHeld is the most windows a law reads together.
+const maxHeld = 8
 
-// startProbe lowers the limit to at, to measure the baseline. c.mu is held,
-// or c is being made.
-func (c *Controller) startProbe(at int) {
-	if !c.probe.on {
-		c.probe.resume = c.limit
-		c.probes++
-	}
-	c.probe.on, c.probe.at = true, at
-	c.want.Store(int64(4 * c.samples))
-	c.gate.SetMax(at)
-}
-
-// endProbe takes the window w, measured at the probe's concurrency, as
-// the baseline, or probes at half the concurrency if latency was lower
-// there than at the probe before. c.mu is held.
-func (c *Controller) endProbe(now int64, w *Window) {
-	prev := &c.probe.last
-	if !c.probe.cascade {
-		prev = c.baseline
-	}
-	// Past the capacity, requests queue: a lower concurrency makes them
-	// faster. A faster service does too, and calls for a lower look.
-	if (prev == nil || queueing(prev, w) > probeTolerance) && c.probe.at > c.min {
-		if c.probe.cascade {
-			c.probe.above = c.probe.last.Limit // past the capacity
+// startProbe starts measuring the baseline after the window w, in which
+// the limit held the load back, by lowering the limit to half w's; or,
+// with no baseline yet and w's limit at Min already (nothing lower to
+// compare with), by climbing from w. c.mu is held.
+func (c *Controller) startProbe(now int64, w *Window) {
+	at := max(c.min, (w.Limit+1)/2)
+	if at >= w.Limit {
+		if c.baseline == nil {
+			c.probes++
+			c.probe = probe{on: true, resume: c.limit}
+			c.startClimb(w, w)
+		} else {
+			c.probe.next = now + c.probeEvery
 		}
-		c.probe.last, c.probe.cascade = *w, true
-		c.startProbe(max(c.min, c.probe.at/2))
 		return
 	}
-	b := *w
-	b.Baseline = nil
-	if prev != nil && queueing(w, prev) <= probeTolerance && queueing(prev, w) <= probeTolerance {
-		// Latency as it was at twice the concurrency, or at the last
-		// probe: both measured requests served without queueing, and
-		// together measure them more precisely. The older weighs half.
-		for i, n := range prev.hist {
+	c.probes++
+	c.probe = probe{on: true, at: at, resume: c.limit, last: *w}
+	c.want.Store(int64(c.samples))
+}
+
+// startClimb doubles the limit from the window w, which saw no queueing,
+// as base did, the lowest of the windows gathered for the baseline. c.mu
+// is held.
+func (c *Controller) startClimb(w, base *Window) {
+	c.probe.up, c.probe.last = true, *w
+	if base != &c.probe.base {
+		c.probe.base = *base
+		c.probe.base.Baseline = nil
+	}
+	c.probe.at = min(2*w.Limit, c.max)
+	c.want.Store(int64(c.samples))
+}
+
+// merge adds w's latencies to b's.
+func (b *Window) merge(w *Window) {
+	for i, n := range w.hist {
+		b.hist[i] += n
+	}
+	b.Samples += w.Samples
+	b.sum += w.sum
+	b.Dropped += w.Dropped
+	b.Ignored += w.Ignored
+}
+
+// endProbe takes the window w, measured at the probe's concurrency. c.mu
+// is held.
+//
+// Going down: if latency was lower there than at twice the concurrency,
+// the window before, that one was past the capacity, and the probe
+// halves again; otherwise w saw no queueing, and it starts the baseline,
+// which the probe gathers at that concurrency until it holds 4*Samples
+// requests (a window past the capacity, even by one request, would raise
+// it; one window of few requests reads it too imprecisely for Vegas, whose
+// estimate of the requests queued is the limit times its error). The
+// first time, with nothing to show that the limit was not too low, the
+// probe climbs from there instead.
+//
+// Climbing: if latency was higher at twice the concurrency than at the
+// step before, w is past the capacity: the windows before it make the
+// baseline, and the law sets the limit from w; otherwise the climb
+// doubles again.
+func (c *Controller) endProbe(now int64, w *Window) {
+	last := &c.probe.last
+	if c.probe.final {
+		c.probe.base.merge(w)
+		c.gather(now)
+		return
+	}
+	if c.probe.up {
+		if queueing(w, last) > probeTolerance || c.probe.at >= c.max {
+			if queueing(w, last) <= probeTolerance {
+				c.probe.base.merge(w)
+			}
+			b, below := c.probe.base, float64(last.Limit)
+			c.finishProbe(now, &b)
+			// The law decides from w, the window past the capacity, read
+			// against the new baseline, between the concurrency before
+			// and w's.
+			v := *w
+			v.Baseline, v.Knee, v.Rises = c.baseline, w.Limit, 0
+			next := c.law.Next(float64(w.Limit), &v)
+			if math.IsNaN(next) {
+				next = below
+			}
+			c.limit = min(max(next, below, float64(c.min)), float64(w.Limit), float64(c.max))
+			c.knee = w.Limit
+			return
+		}
+		if queueing(w, &c.probe.base) <= probeTolerance/2 {
+			c.probe.base.merge(w)
+		}
+		c.startClimb(w, &c.probe.base)
+		return
+	}
+	if queueing(last, w) > probeTolerance && c.probe.at > c.min {
+		// Past the capacity, requests queue: a lower concurrency makes
+		// them faster.
+		c.probe.above = last.Limit
+		c.probe.last = *w
+		c.probe.at = max(c.min, (c.probe.at+1)/2)
+		c.want.Store(int64(c.samples))
+		return
+	}
+	if c.baseline == nil && c.probe.above == 0 {
+		// Nothing queued at the limit either: it may be too low.
+		if queueing(last, w) <= probeTolerance/2 {
+			w.merge(last)
+		}
+		c.startClimb(last, w)
+		return
+	}
+	c.probe.base = *w
+	c.probe.base.Baseline = nil
+	c.probe.final = true
+	c.gather(now)
+}
+
+// gather ends the probe with the baseline it gathered, once it has
+// 4*Samples requests, or stays at its concurrency for more. c.mu is held.
+func (c *Controller) gather(now int64) {
+	if have := c.probe.base.Samples; have < 4*c.samples {
+		c.want.Store(int64(max(c.samples, 4*c.samples-have)))
+		return
+	}
+	b := c.probe.base
+	c.finishProbe(now, &b)
+}
+
+// finishProbe takes b as the baseline, merged with the one before if
+// they agree, and restores the limit. c.mu is held.
+func (c *Controller) finishProbe(now int64, b *Window) {
+	if old := c.baseline; old != nil && !c.probe.rebase && queueing(b, old) <= probeTolerance && queueing(old, b) <= probeTolerance {
+		// Both measured requests served without queueing, and together
+		// measure them more precisely. The older weighs half.
+		for i, n := range old.hist {
 			b.hist[i] += n / 2
 		}
-		b.Samples += prev.Samples / 2
-		b.sum += prev.sum / 2
+		b.Samples += old.Samples / 2
+		b.sum += old.sum / 2
 	}
-	c.baseline = &b
+	c.baseline = b
 	c.limit = c.probe.resume
 	if c.probe.above > 0 {
 		// The probes found queueing at that concurrency: no need to come
 		// back higher.
 		c.limit = min(c.limit, float64(c.probe.above))
+		c.knee = c.probe.above
 	}
 	c.probe = probe{next: now + c.probeEvery}
 	c.want.Store(int64(c.samples))
 }
 
-// probeTolerance is the queueing, as a fraction of the median latency
-// without it, that tells one probe's latency from another's.
-const probeTolerance = 0.1
+// probeTolerance is the queueing, as a fraction of the mean latency
+// without it, that tells one probe's latency from another's, beyond
+// twice the windows' sampling error.
+const probeTolerance = 0.05
 
-// queueing returns how much slower hi's requests were than lo's, as a
-// fraction of lo's median latency: the larger of the shift of the
-// quantile DefaultQuantile, which queueing moves most surely when all
-// requests wait, and half the shift of the median, which it moves when
-// only some do, as they do while the service fills from empty.
+// queueing returns how much slower hi's requests were than lo's (delay),
+// beyond twice the sampling error, as a fraction of lo's mean latency.
 func queueing(hi, lo *Window) float64 {
-	med := lo.Quantile(0.5)
-	if med <= 0 || hi.Samples == 0 {
+	mean := float64(lo.Mean())
+	if mean <= 0 || hi.Samples == 0 {
 		return 0
 	}
-	low := float64(hi.Quantile(DefaultQuantile) - lo.Quantile(DefaultQuantile))
-	mid := float64(hi.Quantile(0.5)-med) / 2
-	return max(low, mid) / float64(med)
+	d, err := delay(hi, lo)
+	return (d - 2*err) / mean
 }
 
 // record adds the window w to the history, with the limit set after it.

@@ -177,66 +177,115 @@ func near(d, want time.Duration) bool {
 	return d >= want*7/8 && d <= want*9/8
 }
 
-// TestControllerProbes checks the baseline measurement: the first probe
-// at half the initial limit, a second at half that when latency fell, the
-// limit restored after, and the next probe after ProbeEvery.
+// probeRun drives c's gate with 40 callers for d, each retrying a
+// millisecond after a refusal, against a service of capacity 10: past 10
+// inside, each request takes a millisecond longer for each one more.
+func probeRun(c *adaptive.Controller, capacity int, d time.Duration) {
+	g := c.Gate()
+	service := func(inside int) time.Duration {
+		return time.Duration(10+max(inside-capacity, 0)) * time.Millisecond
+	}
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for range 40 {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				p, ok := g.TryEnter()
+				if !ok {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				start := time.Now()
+				time.Sleep(service(g.InFlight()))
+				c.Observe(time.Since(start), adaptive.Success)
+				p.Release()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// probeLimits returns the limits set after the windows that measured
+// the baseline, in order.
+func probeLimits(s adaptive.Stats) []int {
+	var probes []int
+	for _, h := range s.History {
+		if h.Probe {
+			probes = append(probes, h.Limit)
+		}
+	}
+	return probes
+}
+
+// TestControllerProbes checks the baseline measurement of a limit too
+// high: no probe before a window in which the limit held the load back
+// (two, the first filling the gate), then one window per step at half
+// the concurrency while latency falls, the baseline gathered at the
+// concurrency where it stopped falling, the limit back to where the
+// probes found queueing, and the next probe after ProbeEvery.
 func TestControllerProbes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		law := &recorder{}
 		g := mustGate(t, 100)
-		c := mustNew(t, g, adaptive.Config{Law: law, Initial: 40, Window: time.Millisecond, Samples: 10, ProbeEvery: time.Second})
-		if got := g.Stats().Max; got != 20 || !c.Stats().Probing {
-			t.Fatalf("gate %d, want a probe at 20", got)
+		c := mustNew(t, g, adaptive.Config{Law: law, Initial: 40, Window: time.Millisecond, Samples: 10, ProbeEvery: time.Second, History: 100})
+		if got := g.Stats().Max; got != 40 || c.Stats().Probing {
+			t.Fatalf("gate %d, probing %v; want 40 and no probe before the load is seen", got, c.Stats().Probing)
 		}
-		// A service of capacity 10: past it, requests wait.
-		service := func(inside int) time.Duration {
-			return time.Duration(10+max(inside-10, 0)) * time.Millisecond
-		}
-		run := func(d time.Duration) {
-			end := time.Now().Add(d)
-			var wg sync.WaitGroup
-			for range 40 {
-				wg.Go(func() {
-					for time.Now().Before(end) {
-						p, ok := g.TryEnter()
-						if !ok {
-							time.Sleep(time.Millisecond)
-							continue
-						}
-						start := time.Now()
-						time.Sleep(service(g.InFlight()))
-						c.Observe(time.Since(start), adaptive.Success)
-						p.Release()
-					}
-				})
-			}
-			wg.Wait()
-		}
-		run(300 * time.Millisecond)
+		probeRun(c, 10, 400*time.Millisecond)
 		s := c.Stats()
-		if s.Probing || s.Probes != 1 || !near(s.Baseline, 10*time.Millisecond) {
+		if s.Probes != 1 || !near(s.Baseline, 10*time.Millisecond) {
 			t.Fatalf("after the first probe: %+v", s)
 		}
-		var probes []int
-		for _, h := range s.History {
-			if h.Probe {
-				probes = append(probes, h.Limit)
+		// At 20: 20ms; at 10: 10ms, lower, so at 5: 10ms, the baseline,
+		// gathered there until it holds 40 requests; then the limit back
+		// to 40, but no higher than 20, which the probes found past the
+		// capacity.
+		probes := probeLimits(s)
+		if len(probes) < 4 || probes[0] != 10 || probes[1] != 5 || probes[len(probes)-1] != 20 {
+			t.Errorf("limits after probe windows %v, want [10 5 5... 20]", probes)
+		}
+		for _, p := range probes[2 : len(probes)-1] {
+			if p != 5 {
+				t.Errorf("limits after probe windows %v, want [10 5 5... 20]", probes)
+				break
 			}
 		}
-		// At 20: 20ms; at 10: 10ms, lower, so at 5: 10ms, the baseline;
-		// then the limit back to 40, but no higher than 20, which the
-		// probes found past the capacity.
-		if len(probes) != 3 || probes[0] != 10 || probes[1] != 5 || probes[2] != 20 {
-			t.Errorf("limits after probe windows %v, want [10 5 20]", probes)
-		}
 		law.mu.Lock()
-		if len(law.windows) == 0 || law.windows[0].Baseline == nil || !near(law.windows[0].Baseline.Quantile(0.5), 10*time.Millisecond) {
+		if len(law.windows) == 0 || law.windows[len(law.windows)-1].Baseline == nil || !near(law.windows[len(law.windows)-1].Baseline.Quantile(0.5), 10*time.Millisecond) {
 			t.Errorf("the law saw no baseline: %d windows, Stats %+v", len(law.windows), s)
 		}
 		law.mu.Unlock()
-		run(time.Second)
+		probeRun(c, 10, time.Second)
 		if s := c.Stats(); s.Probes != 2 {
 			t.Errorf("%d probes after a second, want 2", s.Probes)
+		}
+	})
+}
+
+// TestControllerProbeTooLow checks the first baseline measurement of a
+// limit too low: one probe step at half the limit, which finds latency no
+// lower and does not halve again, then a climb, doubling the limit,
+// until latency rises.
+func TestControllerProbeTooLow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := mustGate(t, 100)
+		c := mustNew(t, g, adaptive.Config{Initial: 8, Window: time.Millisecond, Samples: 10, History: 100})
+		probeRun(c, 30, 300*time.Millisecond)
+		s := c.Stats()
+		probes := probeLimits(s)
+		// Windows at 8, 8 (steady), then 4 (not faster), then climbing:
+		// 16, 32, and on until latency rises.
+		if len(probes) < 2 || probes[0] != 16 || probes[1] != 32 {
+			t.Errorf("limits after probe windows %v, want [16 32 ...]", probes)
+		}
+		for _, h := range s.History {
+			if h.Limit < 4 {
+				t.Errorf("a probe went below half the limit, with nothing to compare: %+v", s.History)
+				break
+			}
+		}
+		if s.Probes != 1 || !near(s.Baseline, 10*time.Millisecond) || s.Limit < 30 {
+			t.Errorf("after the first probe: limit %d, baseline %v, %d probes; history %+v", s.Limit, s.Baseline, s.Probes, s.History)
 		}
 	})
 }

@@ -16,6 +16,10 @@
 // end uses the gate as it would a fixed one, and tells the Controller how
 // each admitted request went:
 //
+//	var serve func() // the work the gate protects
+//	gate, _ := limits.NewGate(64)
+//	ctrl, _ := adaptive.New(gate, adaptive.Config{Min: 4, Max: 512})
+//
 //	p, ok := gate.TryEnter()
 //	if !ok {
 //		// refuse: 503

@@ -16,107 +16,153 @@ type Law interface {
 	Next(limit float64, w *Window) float64
 }
 
-// busy reports whether the limit held the load back in the window w, so
-// that raising it may help: the gate refused someone, or at least half
-// the places were taken.
-func busy(limit float64, w *Window) bool {
-	return w.Refused > 0 || float64(w.MaxInFlight) >= limit/2
+// constrained reports whether the limit held the load back in the window
+// w: the gate was full, and the demand (the arrival rate times the mean
+// latency) was at least the limit. Otherwise the load fits under the
+// limit, and cutting it would only refuse requests.
+func constrained(w *Window) bool {
+	return w.MaxInFlight >= w.Limit && w.Demand() >= float64(w.Limit)
+}
+
+// drained reports whether the window w came right after a cut, at a new
+// limit: requests admitted early in it still waited behind the queue of
+// the limit before, and it reads queueing that the cut already
+// removed.
+func drained(w *Window) bool {
+	return !w.steady && w.Rises == 0 && w.Knee > w.Limit
+}
+
+// grow returns the limit after a window that calls for more: at or
+// above half the limit where queueing was last found (Window.Knee), a
+// thirty-second more, but at least one, so that a limit near the capacity
+// moves by about one request; below, a sixteenth more, then twice as much
+// more for each window in a row that grew, up to doubling, so that a
+// limit far too low finds the capacity in a few windows.
+func grow(limit float64, w *Window) float64 {
+	if w.Knee > 0 && 2*limit >= float64(w.Knee) {
+		return limit + max(1, limit/32)
+	}
+	return limit + max(1, limit*math.Ldexp(1, min(w.Rises, 4)-4))
+}
+
+// burst returns the next limit after a window w in which the limit did
+// not hold the load back: twice as high if the gate refused requests
+// anyway (bursts above a load that fits, which a higher limit lets
+// through at little cost in latency); the same otherwise, while the gate
+// may have been filling, when the demand reads low, or once requests wait as long
+// as they are served, as they do near the capacity.
+func burst(limit float64, w *Window) float64 {
+	if w.Refused == 0 || w.MaxInFlight < w.Limit || w.filling {
+		return limit
+	}
+	// The baseline, or before there is one, the window after which the
+	// limit began to rise.
+	b := w.Baseline
+	if b == nil {
+		b = w.prev
+	}
+	if b != nil && b.Samples > 0 && w.Samples > 0 {
+		if d, _ := delay(w, b); d > float64(b.Mean()) {
+			return limit
+		}
+	}
+	return 2 * limit
 }
 
 // Gradient is a law that reads queueing from latency. A request that
 // queues is late by the time it waited, and so are the fastest requests,
 // which otherwise vary least: the shift of a low quantile of the window's
 // latency (DefaultQuantile) from the baseline's, the latency measured at
-// low concurrency, is the time spent queueing. While it is at most
-// Tolerance times the baseline's median latency, the limit grows, and
-// grows faster the more windows in a row it has grown, so that a limit far
-// too low finds the capacity in a few windows; past it, the limit falls in
-// proportion, by at most half a window. Past the capacity C of a service
-// with a fixed number of workers, the wait grows with limit/C (Little's
-// law), so the limit settles a little above C: in the simulation of
-// docs/CAPACITY.md, about 10% above it.
+// low concurrency, is the time spent queueing, read as a fraction of the
+// baseline's median latency.
+//
+// The law moves the limit only while the limit holds the load back (the
+// gate was full, and the demand, Window.Demand, reached the limit): then,
+// with queueing at most half of Tolerance, the limit grows by a quarter,
+// half, then doubles for each window in a row that grew; with more than
+// Tolerance, it falls in proportion, by at most half a window; in
+// between, it holds. While the load fits under the limit, the law never
+// cuts it, and raises it when the gate refused a burst anyway. Past the
+// capacity C of a service with a fixed number of workers, the wait
+// grows with the requests queued, about their number over C service
+// times each (Little's law), so the limit settles within one request of
+// C at small C, and within a few percent at large C (docs/CAPACITY.md).
 //
 // The zero Gradient is usable: DefaultTolerance and DefaultQuantile.
 type Gradient struct {
 	// Tolerance is the queueing the law accepts, as a fraction of the
-	// baseline's median latency; 0 means DefaultTolerance, and values
-	// below 0 mean 0.
+	// baseline's mean latency, beyond the window's sampling error; 0
+	// means DefaultTolerance, and values below 0 mean 0.
 	Tolerance float64
-	// Quantile is the latency quantile whose shift is read, as a
-	// fraction; 0 means DefaultQuantile.
+	// Quantile, if set, is the one latency quantile whose shift is read,
+	// as a fraction; 0 reads the shifts of the mean and of the quantiles
+	// DefaultQuantile, 0.25 and 0.5, each weighed by its precision.
 	Quantile float64
 }
 
 // Next implements Law.
 func (g Gradient) Next(limit float64, w *Window) float64 {
-	ratio, ok := latencyRatio(w, g.Quantile)
-	if !ok {
+	if !constrained(w) {
+		return burst(limit, w)
+	}
+	b := w.Baseline
+	if b == nil || w.Samples == 0 || b.Mean() <= 0 {
 		return limit
 	}
 	tol := g.Tolerance
 	if tol == 0 {
 		tol = DefaultTolerance
 	}
-	tol = 1 + max(tol, 0)
-	// Move halfway, on a logarithmic scale, to where the latency would be
-	// Tolerance times the baseline, by at most half per window; while
-	// latency is no higher than the baseline, twice as far for each
-	// window in a row that rose, so that a limit far too low soon finds
-	// the capacity.
-	room := tol / ratio
-	exp := 0.5
-	if room >= 1 {
-		if !busy(limit, w) {
-			return limit
-		}
-		if ratio <= 1 {
-			exp = math.Ldexp(exp, min(w.Rises, 8))
-		}
-		return max(limit*min(math.Pow(room, exp), 2), limit+1)
+	tol = max(tol, 0)
+	// The delay, as a fraction of the baseline's mean latency, and its
+	// sampling error: a window of few requests reads it less surely, and
+	// the law holds until it is sure.
+	d, e := delay(w, b)
+	if g.Quantile != 0 {
+		d, e = shift(w, b, g.Quantile)
 	}
-	return limit * max(math.Pow(room, exp), 0.5)
-}
-
-// latencyRatio returns the ratio of w's latency to the baseline's, taken
-// as the baseline's median plus the shift of the quantile q (0 means
-// DefaultQuantile), if both are known.
-func latencyRatio(w *Window, q float64) (float64, bool) {
-	if w.Baseline == nil || w.Samples == 0 {
-		return 0, false
+	mean := float64(b.Mean())
+	queued, noise := d/mean, e/mean
+	switch {
+	case queued <= tol/2:
+		return grow(limit, w)
+	case queued <= tol+noise/2 || drained(w):
+		return limit
 	}
-	if q == 0 {
-		q = DefaultQuantile
-	}
-	b := w.Baseline
-	med := float64(b.Quantile(0.5))
-	if med <= 0 {
-		return 0, false
-	}
-	return max(1+float64(w.Quantile(q)-b.Quantile(q))/med, 0.01), true
+	// Past the capacity, latency grows with the limit (Little's law):
+	// move to where it would be Tolerance above the baseline, by at most
+	// half, but not below the requests in service, which a baseline read
+	// too low would otherwise cut through.
+	return max(limit*max((1+tol)/(1+queued), 0.5), min(w.serving(), limit))
 }
 
 // Vegas is a law that estimates how many requests are queued, in the
-// manner of TCP Vegas: with latency L at limit N and the baseline B, about
-// N*(1-B/L) requests wait rather than being served, L read as in
-// Gradient. Fewer than Alpha, the limit grows (by one, then two, four...
-// while it keeps growing); more than Beta, it falls to where Beta would
-// wait, by at most half; in between, it holds. It settles between C+Alpha
-// and C+Beta for a capacity of C requests, so it suits services whose
-// capacity is large against Beta.
+// manner of TCP Vegas: requests that wait W on average more than the
+// baseline's mean latency B, at limit N, are N*W/(B+W) of those inside
+// (Little's law), W read as the shift of a low quantile of latency, as
+// in Gradient. Fewer than Alpha, the limit grows (by a quarter, a half,
+// then twice while it keeps growing); more than Beta, it falls to where
+// Beta would wait, by at most half; in between, it holds. As Gradient,
+// it moves the limit only while the limit holds the load back. It
+// settles between about C+Alpha and C+Beta for a capacity of C requests,
+// so it suits services whose capacity is large against Beta.
 //
 // The zero Vegas is usable: Alpha 2, Beta 4, DefaultQuantile.
 type Vegas struct {
 	// Alpha and Beta bound the requests the law lets queue; 0 means 2 and
 	// 4 (or Alpha, if larger).
 	Alpha, Beta float64
-	// Quantile is the latency quantile read, as in Gradient.
+	// Quantile, if set, is the one latency quantile read, as in
+	// Gradient.
 	Quantile float64
 }
 
 // Next implements Law.
 func (v Vegas) Next(limit float64, w *Window) float64 {
-	ratio, ok := latencyRatio(w, v.Quantile)
-	if !ok {
+	if !constrained(w) {
+		return burst(limit, w)
+	}
+	if w.Baseline == nil || w.Samples == 0 || w.Baseline.Mean() <= 0 {
 		return limit
 	}
 	alpha, beta := v.Alpha, v.Beta
@@ -126,25 +172,32 @@ func (v Vegas) Next(limit float64, w *Window) float64 {
 	if beta == 0 {
 		beta = max(4, alpha)
 	}
-	queued := limit * (1 - 1/ratio)
+	wait, _ := delay(w, w.Baseline)
+	if v.Quantile != 0 {
+		wait, _ = shift(w, w.Baseline, v.Quantile)
+	}
+	wait = max(wait, 0)
+	queued := limit * wait / (float64(w.Baseline.Mean()) + wait)
 	switch {
 	case queued < alpha:
-		if !busy(limit, w) {
-			return limit
-		}
-		return limit + math.Ldexp(1, min(w.Rises, 16))
-	case queued > beta:
-		return max(limit-(queued-beta), limit/2)
+		return grow(limit, w)
+	case queued > beta && !drained(w):
+		return max(limit-(queued-beta), limit/2, min(w.serving(), limit))
 	}
 	return limit
 }
 
 // AIMD is a law driven by failures rather than latency: a window in which
 // a request was reported Dropped, or took longer than Timeout, multiplies
-// the limit by Backoff; a window without, in which the limit held the load
-// back, adds Increase. It needs no baseline (set Config.ProbeEvery < 0),
-// and suits a service whose overload shows as errors or timeouts rather
-// than as slower answers.
+// the limit by Backoff; a window without, in which the limit held the
+// load back, adds Increase. It needs no baseline (set Config.ProbeEvery <
+// 0), and suits a service whose overload shows as errors or timeouts
+// rather than as slower answers: it settles where overload starts to
+// fail requests, a little above the capacity with a service that fails
+// requests queued past a timeout. A service that only slows down under
+// overload never fails one, and under sustained overload AIMD raises the
+// limit to Max; pair it with a latency law (Lowest{Gradient{}, AIMD{}})
+// or give it a Timeout.
 //
 // The zero AIMD is usable: Backoff 0.9, Increase 1, no Timeout.
 type AIMD struct {
@@ -168,7 +221,7 @@ func (a AIMD) Next(limit float64, w *Window) float64 {
 		}
 		return limit * b
 	}
-	if !busy(limit, w) {
+	if !constrained(w) && (w.Refused == 0 || w.MaxInFlight < w.Limit) {
 		return limit
 	}
 	inc := a.Increase

@@ -7,9 +7,13 @@ import (
 )
 
 // window returns a window of n latencies spread evenly between lo and hi,
-// at limit with most inside, measured against baseline.
+// at limit with most inside, measured against baseline, that took
+// admissions for 100ms while requests arrived at twenty times the limit a
+// second: at its 10ms mean latency, a demand of twice the limit, which
+// the limit held back.
 func window(limit, most, n int, lo, hi time.Duration, baseline *Window) *Window {
-	w := &Window{Limit: limit, MaxInFlight: most, Baseline: baseline}
+	w := &Window{Limit: limit, MaxInFlight: most, Baseline: baseline, Arrived: 20 * limit}
+	w.End = w.Start.Add(100 * time.Millisecond)
 	for i := range n {
 		w.add(int64(lo) + int64(hi-lo)*int64(i)/int64(max(n-1, 1)))
 	}
@@ -17,23 +21,29 @@ func window(limit, most, n int, lo, hi time.Duration, baseline *Window) *Window 
 }
 
 func TestLaws(t *testing.T) {
-	base := window(5, 5, 1000, time.Millisecond, 19*time.Millisecond, nil) // median 10ms
+	base := window(5, 5, 1000, time.Millisecond, 19*time.Millisecond, nil) // mean 10ms
 	fast := func(most int) *Window {
 		return window(20, most, 1000, time.Millisecond, 19*time.Millisecond, base)
 	}
-	// Every request 5ms later: queueing half the median.
+	// Every request 5ms later: queueing half the mean.
 	slow := window(20, 20, 1000, 6*time.Millisecond, 24*time.Millisecond, base)
-	// Every request 1ms later: queueing a tenth of the median.
+	// Every request 1ms later: queueing a tenth of the mean.
 	bit := window(20, 20, 1000, 2*time.Millisecond, 20*time.Millisecond, base)
-	// Every request 2ms later: a fifth of the median.
+	// Every request 2ms later: a fifth of the mean.
 	bit2 := window(20, 20, 1000, 3*time.Millisecond, 21*time.Millisecond, base)
 	rising := fast(20)
 	rising.Rises = 3
+	nearKnee := fast(20)
+	nearKnee.Rises, nearKnee.Knee = 3, 30
 	noBase := window(20, 20, 100, time.Millisecond, 2*time.Millisecond, nil)
 	dropped := fast(20)
 	dropped.Dropped = 1
-	refused := fast(2)
-	refused.Refused = 1
+	// The gate refused a burst, but the load fits under the limit.
+	refused := fast(20)
+	refused.Refused, refused.Arrived, refused.steady = 1, 10, true
+	// Slower, but the load fits under the limit: nothing to cut.
+	fits := window(20, 20, 1000, 6*time.Millisecond, 24*time.Millisecond, base)
+	fits.Arrived = 10
 
 	for _, c := range []struct {
 		name   string
@@ -43,17 +53,19 @@ func TestLaws(t *testing.T) {
 	}{
 		{"gradient without baseline holds", Gradient{}, noBase, 20, 20},
 		{"gradient idle holds", Gradient{}, fast(5), 20, 20},
-		{"gradient grows", Gradient{}, fast(20), 21, 21},
-		{"gradient grows when the gate refuses", Gradient{}, refused, 21, 21},
-		{"gradient grows faster after rises", Gradient{}, rising, 23.5, 24.5},
-		{"gradient falls with queueing", Gradient{}, slow, 16.5, 17.5},
+		{"gradient grows", Gradient{}, fast(20), 21.25, 21.25},
+		{"gradient doubles on a burst", Gradient{}, refused, 40, 40},
+		{"gradient does not cut a load that fits", Gradient{}, fits, 20, 20},
+		{"gradient grows faster after rises", Gradient{}, rising, 30, 30},
+		{"gradient grows by a little near the knee", Gradient{}, nearKnee, 21, 21},
+		{"gradient falls with queueing", Gradient{}, slow, 13.5, 13.7},
 		{"gradient at most halves", Gradient{Tolerance: 0.01}, window(20, 20, 100, 100*time.Millisecond, 200*time.Millisecond, base), 10, 10},
-		{"gradient tolerates what it is told", Gradient{Tolerance: 0.2}, bit, 21, 21},
-		{"gradient falls past tolerance", Gradient{Tolerance: 0.01}, bit, 19, 19.99},
-		{"vegas grows", Vegas{}, fast(20), 21, 21},
-		{"vegas grows faster after rises", Vegas{}, rising, 28, 28},
+		{"gradient tolerates what it is told", Gradient{Tolerance: 0.2}, bit, 21.25, 21.25},
+		{"gradient falls past tolerance", Gradient{Tolerance: 0.01}, bit, 18, 18.7},
+		{"vegas grows", Vegas{}, fast(20), 21.25, 21.25},
+		{"vegas grows faster after rises", Vegas{}, rising, 30, 30},
 		{"vegas holds between alpha and beta", Vegas{}, bit2, 20, 20},
-		{"vegas falls to beta", Vegas{}, slow, 17, 18},
+		{"vegas falls to beta", Vegas{}, slow, 17, 17.7},
 		{"vegas idle holds", Vegas{}, fast(3), 20, 20},
 		{"aimd grows", AIMD{}, fast(20), 21, 21},
 		{"aimd idle holds", AIMD{}, fast(3), 20, 20},
@@ -69,7 +81,8 @@ func TestLaws(t *testing.T) {
 			t.Errorf("%s: Next(20) = %v, want in [%v, %v]", c.name, got, c.lo, c.hi)
 		}
 	}
-	if got := (Gradient{}).Next(1.2, fast(2)); got != 2.2 {
+	one := window(1, 1, 1000, time.Millisecond, 19*time.Millisecond, base)
+	if got := (Gradient{}).Next(1.2, one); got != 2.2 {
 		t.Errorf("gradient from 1.2 = %v, want at least one more", got)
 	}
 }

@@ -200,3 +200,61 @@ func write(t *testing.T, name string, data []byte) {
 		t.Fatal(err)
 	}
 }
+
+// TestReportMatrix writes the table of docs/CAPACITY.md that runs every
+// law before every service of capacities, with every shape of service
+// time, to capacity-matrix.md in the -report directory:
+//
+//	go test ./adaptive -run TestReportMatrix -report docs
+//
+// It takes about a minute.
+func TestReportMatrix(t *testing.T) {
+	if *reportDir == "" {
+		t.Skip("no -report directory")
+	}
+	const d = 20 * time.Second
+	laws := []struct {
+		name    string
+		law     adaptive.Law
+		timeout bool // the service fails requests that wait a mean service time
+	}{
+		{"Gradient", nil, false},
+		{"Vegas", adaptive.Vegas{}, false},
+		{"AIMD, service fails long waits", adaptive.AIMD{}, true},
+	}
+	tab := report.NewTable(report.Text("law"), report.Num("C"), report.Text("service"),
+		report.Num("from C/10: limit"), report.Num("settled after"),
+		report.Num("from 10C: limit"), report.Num("settled after"),
+		report.Num("p99 / unloaded p99"), report.Num("goodput"), report.Num("refused at 0.7x"))
+	after := func(v time.Duration) string {
+		if v < 0 {
+			return "not in 20s"
+		}
+		return report.Float(v.Seconds(), 2) + " s"
+	}
+	for _, l := range laws {
+		for _, cc := range capacities {
+			for _, dist := range sim.Dists {
+				var timeout time.Duration
+				if l.timeout {
+					timeout = meanOf(cc.C)
+				}
+				var cells []string
+				p99, goodput := 0.0, 2.0
+				for _, init := range []int{max(cc.C/10, 1), 10 * cc.C} {
+					r := capRun{law: l.law, c: cc.C, dist: dist, initial: init, load: 2, d: d, timeout: timeout}
+					res, _ := r.run(t)
+					o := r.measure(res, 0, cc.C)
+					cells = append(cells, report.Float(o.limit, 1), after(o.settle))
+					p99, goodput = max(p99, o.p99), min(goodput, o.goodput)
+				}
+				r := capRun{law: l.law, c: cc.C, dist: dist, initial: cc.C, load: 0.7, d: d, timeout: timeout}
+				res, _ := r.run(t)
+				light := r.measure(res, 0, cc.C)
+				tab.Row(append(append([]string{l.name, fmt.Sprint(cc.C), fmt.Sprintf("%v, %v", dist, meanOf(cc.C))}, cells...),
+					report.Float(p99, 2), report.Percent(goodput), report.Percent(light.refused))...)
+			}
+		}
+	}
+	write(t, "capacity-matrix.md", []byte(tab.String()))
+}

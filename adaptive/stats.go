@@ -19,7 +19,7 @@ type Stats struct {
 	// as the last probe measured it; 0 before the first.
 	Baseline time.Duration `json:"baseline_ns"`
 	// Probing reports whether the limit is lowered now to measure the
-	// baseline.
+	// baseline (not while it climbs to find one, the first time).
 	Probing bool `json:"probing"`
 	// Windows counts the windows ended, and Probes the baseline
 	// measurements begun (a probe may take several windows).
@@ -78,7 +78,7 @@ func (c *Controller) Stats() Stats {
 	w := &c.last
 	s := Stats{
 		Limit: c.current(), Min: c.min, Max: c.max,
-		Probing: c.probe.on,
+		Probing: c.probe.on && !c.probe.up,
 		Windows: c.windows, Probes: c.probes,
 		Samples: c.total, Dropped: c.dropped, Ignored: c.ignoredN, Stale: c.stale.Load(),
 		Last: WindowStats{

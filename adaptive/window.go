@@ -60,19 +60,61 @@ type Window struct {
 	// Refused counts the requests the gate refused during the window
 	// (shed or given up waiting).
 	Refused int
+	// Arrived counts the requests that came to the gate while the window
+	// took admissions, admitted or refused.
+	Arrived int
 	// Samples counts the requests that completed with Success, whose
 	// latency the window holds; Dropped and Ignored those reported so.
 	Samples, Dropped, Ignored int
 	// Rises counts the windows just before this one, in a row, after which
 	// the limit rose: a law may grow faster the longer it has grown.
 	Rises int
+	// Knee is the limit of the last window after which the limit fell,
+	// where the law (or a baseline probe) last found queueing, or 0 if
+	// none has: a law may grow fast below half of it, and carefully near
+	// it.
+	Knee int
 	// Baseline is the window measured at low concurrency that tells how
 	// fast requests are served without queueing, or nil if the Controller
 	// has none yet (or does not probe). Its own Baseline is nil.
 	Baseline *Window
 
-	sum  int64 // nanoseconds, of the Samples
+	sum      int64 // nanoseconds, of the Samples
+	admitted int   // requests admitted while the window took admissions
+	// steady is set by the Controller when the window measured the gate
+	// as it stands at its limit, not filling.
+	steady bool
+	// filling is set by the Controller when the window is the first at
+	// its limit, after the start or a probe, and saw few more requests than
+	// its limit: the gate may have been filling from empty.
+	filling bool
+	// prev is the window after which the limit began to rise, if the
+	// Controller has one: a burst reads latency against it before a
+	// baseline.
+	prev *Window
+	took time.Duration // taking admissions, if not End - Start
 	hist [nBuckets]uint32
+}
+
+// extend adds the window w, which followed b at the same limit, to b:
+// b then holds both, as a window of admissions of as long as both.
+func (b *Window) extend(w *Window) {
+	b.took = b.admitting() + w.admitting()
+	b.End = w.End
+	b.MaxInFlight = max(b.MaxInFlight, w.MaxInFlight)
+	b.Refused += w.Refused
+	b.Arrived += w.Arrived
+	b.admitted += w.admitted
+	b.Rises, b.Knee, b.Baseline = w.Rises, w.Knee, w.Baseline
+	b.merge(w)
+}
+
+// admitting returns how long w took admissions.
+func (w *Window) admitting() time.Duration {
+	if w.took > 0 {
+		return w.took
+	}
+	return w.End.Sub(w.Start)
 }
 
 // Mean returns the mean latency of the requests that completed with
@@ -82,6 +124,20 @@ func (w *Window) Mean() time.Duration {
 		return 0
 	}
 	return time.Duration(w.sum / int64(w.Samples))
+}
+
+// Demand returns the requests that would have been inside the gate at
+// once, on average, had it admitted every request that arrived while the
+// window took admissions, at the window's mean latency (Little's law): the
+// arrival rate times the mean latency, or 0 if the window saw none. Below
+// Limit, the load fits under the limit, and refusals come from bursts; at
+// or above it, the limit is what holds the load back.
+func (w *Window) Demand() float64 {
+	d := w.admitting()
+	if d <= 0 || w.Samples == 0 {
+		return 0
+	}
+	return float64(w.Arrived) / d.Seconds() * w.Mean().Seconds()
 }
 
 // Quantile returns the latency that a fraction q of the requests that
@@ -111,6 +167,85 @@ func (w *Window) Quantile(q float64) time.Duration {
 	}
 	lo, width := bucketBounds(nBuckets - 1)
 	return time.Duration(lo + width)
+}
+
+// serving returns how many requests were in service at once, on average,
+// not counting those queued: the rate of admissions times the baseline's
+// mean latency (Little's law), or 0 without a baseline. Past the
+// capacity, it is the capacity; below, the limit.
+func (w *Window) serving() float64 {
+	d := w.admitting()
+	if d <= 0 || w.Baseline == nil {
+		return 0
+	}
+	return float64(w.admitted) / d.Seconds() * w.Baseline.Mean().Seconds()
+}
+
+// quantileErr returns the standard error of w.Quantile(q), in
+// nanoseconds, as the order statistics of w.Samples requests spread: the
+// sampling error of the fraction q, times the spread of latency around
+// the quantile, read from w itself.
+func (w *Window) quantileErr(q float64) float64 {
+	if w.Samples == 0 {
+		return 0
+	}
+	lo, hi := max(q-0.05, 0), min(q+0.05, 1)
+	spread := float64(w.Quantile(hi)-w.Quantile(lo)) / (hi - lo)
+	return math.Sqrt(q*(1-q)/float64(w.Samples)) * spread
+}
+
+// shift returns how much later hi's quantile q was than lo's, and the
+// standard error of that difference, in nanoseconds.
+func shift(hi, lo *Window, q float64) (d, err float64) {
+	d = float64(hi.Quantile(q) - lo.Quantile(q))
+	return d, math.Hypot(hi.quantileErr(q), lo.quantileErr(q))
+}
+
+// meanErr returns the standard error of w.Mean(), in nanoseconds, from
+// the spread of w's histogram.
+func (w *Window) meanErr() float64 {
+	if w.Samples == 0 {
+		return 0
+	}
+	mean := float64(w.Mean())
+	var ss, n float64
+	for i, k := range w.hist {
+		if k == 0 {
+			continue
+		}
+		lo, width := bucketBounds(i)
+		d := lo + width/2 - mean
+		ss += float64(k) * d * d
+		n += float64(k)
+	}
+	return math.Sqrt(ss/n) / math.Sqrt(float64(w.Samples))
+}
+
+// delayQuantiles are the quantiles whose shift delay reads, with the
+// mean.
+var delayQuantiles = [...]float64{0.1, 0.25, 0.5}
+
+// delay returns how much later hi's requests were than lo's, and the
+// standard error of that, in nanoseconds: the shifts of the mean and of
+// the quantiles delayQuantiles, each weighed by its precision. When
+// every request waits, every one of them shifts by the wait; which reads
+// it most surely depends on the shape of latency (the low quantiles for
+// a long tail, the mean for a narrow one), and the weights pick it from
+// the windows themselves.
+func delay(hi, lo *Window) (d, err float64) {
+	floor := 1e-3 * float64(max(lo.Mean(), 1))
+	add := func(v, e float64, sum, wsum *float64) {
+		e = max(e, floor)
+		*sum += v / (e * e)
+		*wsum += 1 / (e * e)
+	}
+	var sum, wsum float64
+	add(float64(hi.Mean()-lo.Mean()), math.Hypot(hi.meanErr(), lo.meanErr()), &sum, &wsum)
+	for _, q := range delayQuantiles {
+		v, e := shift(hi, lo, q)
+		add(v, e, &sum, &wsum)
+	}
+	return sum / wsum, 1 / math.Sqrt(wsum)
 }
 
 // Above returns the number of requests that completed with Success in

@@ -2,12 +2,22 @@ module github.com/limitsgo/limits/bench
 
 go 1.26.0
 
+// Modules of this repository: required at the repository's version
+// (VERSION), built from the working tree here.
+require (
+	github.com/limitsgo/limits v0.1.0
+	github.com/limitsgo/limits/redislimit v0.1.0
+)
+
+replace (
+	github.com/limitsgo/limits => ../
+	github.com/limitsgo/limits/redislimit => ../redislimit
+)
+
 require (
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/go-chi/httprate v0.16.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
-	github.com/limitsgo/limits v0.0.0
-	github.com/limitsgo/limits/redislimit v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/sethvargo/go-limiter v0.7.2
 	github.com/throttled/throttled/v2 v2.15.0
@@ -26,7 +36,3 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/limitsgo/limits => ../
-
-replace github.com/limitsgo/limits/redislimit => ../redislimit

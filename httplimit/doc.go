@@ -9,6 +9,7 @@
 // http.Handler, so it wraps any handler and plugs into net/http's ServeMux
 // and routers such as chi:
 //
+//	mux := http.NewServeMux()
 //	m, err := httplimit.New(httplimit.Config{
 //		Exempt:      httplimit.ExemptPaths("/healthz", "/readyz"),
 //		MaxInFlight: 512,
@@ -17,7 +18,7 @@
 //	if err != nil {
 //		log.Fatal(err)
 //	}
-//	http.ListenAndServe(addr, m.Handler(mux))
+//	log.Fatal(http.ListenAndServe(":8080", m.Handler(mux)))
 //
 // Refusals are answered with 429 or 503, a Retry-After header never
 // earlier than the limiter's answer, the IETF RateLimit-Policy and

@@ -39,7 +39,11 @@ func TestDeps(t *testing.T) {
 		{"./limitsotel/grpclimitotel", []string{grpc, otel}, []string{goRedis, redisLimit, promClient}},
 	} {
 		t.Run(strings.TrimPrefix(c.pkg, "./"), func(t *testing.T) {
-			out, err := exec.Command(goCmd, "list", "-deps", "-f", "{{.ImportPath}}", c.pkg).Output()
+			// Each exporter is a module of its own: list it from its
+			// directory.
+			cmd := exec.Command(goCmd, "list", "-deps", "-f", "{{.ImportPath}}", ".")
+			cmd.Dir = c.pkg
+			out, err := cmd.Output()
 			if err != nil {
 				if ee, ok := err.(*exec.ExitError); ok {
 					t.Fatalf("go list -deps %s: %v\n%s", c.pkg, err, ee.Stderr)

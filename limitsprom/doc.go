@@ -4,6 +4,11 @@
 //
 // One call registers a component under a name of the caller's choosing:
 //
+//	var (
+//		middleware *httplimit.Middleware
+//		loginGCRA  *limits.GCRA
+//		jobsGate   *limits.Gate
+//	)
 //	reg := prometheus.NewRegistry()
 //	limitsprom.Register(reg, "api", middleware)  // *httplimit.Middleware, with its gate
 //	limitsprom.Register(reg, "login", loginGCRA) // *limits.GCRA
@@ -12,8 +17,13 @@
 //
 // This package handles the components of the core module only, and links
 // neither a Redis client nor gRPC. The components of other modules have a
-// package each, in this module, with the same conventions:
+// package each, in a module of its own, with the same conventions:
 //
+//	var (
+//		redisGCRA   *redislimit.GCRA
+//		interceptor *grpclimit.Interceptor
+//	)
+//	reg := prometheus.NewRegistry()
 //	redislimitprom.Register(reg, "fleet", redisGCRA) // *redislimit.GCRA
 //	grpclimitprom.Register(reg, "rpc", interceptor)  // *grpclimit.Interceptor, with its gate
 //
@@ -23,7 +33,7 @@
 // set of values (a layer, an outcome, a policy name from the
 // configuration), never a client's key or address. Every series is
 // exported from the start, at 0, so that a limit that has never fired
-// shows as 0, not as missing. Package limitsotel, in this module, exports
+// shows as 0, not as missing. Package limitsotel, a module of its own, exports
 // the same series as OpenTelemetry instruments.
 //
 // # Metrics

@@ -8,7 +8,11 @@
 // request. Both implement limits.Limiter, so a front end takes either.
 //
 //	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{"redis:6379"}, ContextTimeoutEnabled: true})
-//	perKey := redislimit.New(rdb, 100, time.Minute, redislimit.WithPrefix("limits:api:"))
+//	perKey, err := redislimit.New(rdb, 100, time.Minute, redislimit.WithPrefix("limits:api:"))
+//	if err != nil {
+//		log.Fatal(err) // an invalid limit
+//	}
+//	ctx, apiKey := context.Background(), "key"
 //	d, err := perKey.Allow(ctx, apiKey)
 //
 // # Semantics

@@ -2,10 +2,13 @@ module github.com/limitsgo/limits/bench/capacity
 
 go 1.26.0
 
-require (
-	github.com/limitsgo/limits v0.0.0
-	github.com/tsenart/vegeta/v12 v12.13.0
-)
+// Modules of this repository: required at the repository's version
+// (VERSION), built from the working tree here.
+require github.com/limitsgo/limits v0.1.0
+
+replace github.com/limitsgo/limits => ../..
+
+require github.com/tsenart/vegeta/v12 v12.13.0
 
 require (
 	github.com/influxdata/tdigest v0.0.1 // indirect
@@ -16,5 +19,3 @@ require (
 	golang.org/x/sync v0.7.0 // indirect
 	golang.org/x/text v0.16.0 // indirect
 )
-
-replace github.com/limitsgo/limits => ../..

@@ -2,10 +2,20 @@ module github.com/limitsgo/limits/bench/grpcbench
 
 go 1.26.0
 
+// Modules of this repository: required at the repository's version
+// (VERSION), built from the working tree here.
+require (
+	github.com/limitsgo/limits v0.1.0
+	github.com/limitsgo/limits/grpclimit v0.1.0
+)
+
+replace (
+	github.com/limitsgo/limits => ../..
+	github.com/limitsgo/limits/grpclimit => ../../grpclimit
+)
+
 require (
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
-	github.com/limitsgo/limits v0.0.0
-	github.com/limitsgo/limits/grpclimit v0.0.0
 	golang.org/x/time v0.16.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
@@ -17,7 +27,3 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
 )
-
-replace github.com/limitsgo/limits => ../..
-
-replace github.com/limitsgo/limits/grpclimit => ../../grpclimit

@@ -1,9 +1,10 @@
 module github.com/limitsgo/limits/examples/chi
 
-go 1.26.0
+go 1.25
 
-require github.com/limitsgo/limits v0.1.0
-
-require github.com/go-chi/chi/v5 v5.5.0
+require (
+	github.com/go-chi/chi/v5 v5.5.0
+	github.com/limitsgo/limits v0.1.0
+)
 
 replace github.com/limitsgo/limits => ../..

@@ -1,25 +1,39 @@
-// Command chi serves a chi router behind httplimit: a gate and a rate per
-// client for every route, and a stricter policy of its own for the login
-// route, which chi mounts with r.With.
+// Command chi serves a chi router behind httplimit: one gate and a rate per
+// client address for the whole service, a stricter policy on its login
+// route, a stream of events that gives its place in the gate back once it
+// has started, and health probes that bypass every limit.
+//
+//	go run .                                  # serve on 127.0.0.1:8080
+//	curl -i localhost:8080/
+//	curl -i -X POST localhost:8080/login      # the sixth in a minute gets 429
+//	curl -N localhost:8080/events             # one event a second
+//
+// chi takes httplimit's middleware as it is: the service-wide Middleware's
+// Handler goes to Use, a route's Middleware (made by With) to the route's
+// With.
 package main
 
 import (
+	"flag"
+	"fmt"
 	"log"
 	"net/http"
 	"time"
 
 	"github.com/go-chi/chi/v5"
-
 	"github.com/limitsgo/limits"
 	"github.com/limitsgo/limits/httplimit"
 )
 
-// newRouter returns the service's router and its Middleware.
+// newRouter returns the service's router, limited by m: at most 64 requests
+// in progress (503 server_busy beyond), 60 a minute per client address and
+// 5 a minute to /login (429 rate_limited beyond), /healthz exempt; an
+// /events stream counts against the gate only until it has started.
 func newRouter() (http.Handler, *httplimit.Middleware, error) {
 	m, err := httplimit.New(httplimit.Config{
-		MaxInFlight: 64,
-		Rate:        limits.Limit{Events: 100, Period: time.Minute},
 		Exempt:      httplimit.ExemptPaths("/healthz"),
+		MaxInFlight: 64,
+		Rate:        limits.Limit{Events: 60, Period: time.Minute},
 	})
 	if err != nil {
 		return nil, nil, err
@@ -28,18 +42,46 @@ func newRouter() (http.Handler, *httplimit.Middleware, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+
 	r := chi.NewRouter()
 	r.Use(m.Handler)
-	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
-	r.Get("/items", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("items")) })
-	r.With(login.Handler).Post("/login", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("welcome")) })
+	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	r.Get("/", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("hello\n")) })
+	r.With(login.Handler).Post("/login", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("welcome\n")) })
+	r.Get("/events", events)
 	return r, m, nil
 }
 
+// events streams one Server-Sent Event a second until the client leaves.
+// Once the stream has started, it gives its place in the gate back: a few
+// hundred open streams must not fill the gate.
+func events(w http.ResponseWriter, r *http.Request) {
+	httplimit.ReleaseCapacity(r)
+	w.Header().Set("Content-Type", "text/event-stream")
+	rc := http.NewResponseController(w)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		fmt.Fprintf(w, "data: %d\n\n", i)
+		if rc.Flush() != nil {
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
+	flag.Parse()
 	h, _, err := newRouter()
 	if err != nil {
 		log.Fatal(err)
 	}
-	log.Fatal(http.ListenAndServe("localhost:8080", h))
+	srv := &http.Server{Addr: *addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	log.Printf("serving on http://%s", *addr)
+	log.Fatal(srv.ListenAndServe())
 }

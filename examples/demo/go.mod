@@ -2,17 +2,21 @@ module github.com/limitsgo/limits/examples/demo
 
 go 1.26.0
 
-replace github.com/limitsgo/limits => ../..
-
-replace github.com/limitsgo/limits/limitsprom => ../../limitsprom
-
-replace github.com/limitsgo/limits/redislimit => ../../redislimit
-
+// Modules of this repository: required at the repository's version
+// (VERSION), built from the working tree here.
 require (
-	github.com/limitsgo/limits v0.0.0
-	github.com/limitsgo/limits/limitsprom v0.0.0
-	github.com/prometheus/client_golang v1.25.0
+	github.com/limitsgo/limits v0.1.0
+	github.com/limitsgo/limits/limitsprom v0.1.0
+	github.com/limitsgo/limits/limitsprom/internal/series v0.1.0 // indirect
 )
+
+replace (
+	github.com/limitsgo/limits => ../..
+	github.com/limitsgo/limits/limitsprom => ../../limitsprom
+	github.com/limitsgo/limits/limitsprom/internal/series => ../../limitsprom/internal/series
+)
+
+require github.com/prometheus/client_golang v1.25.0
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

@@ -1,24 +1,41 @@
-// Command echo serves an Echo router behind httplimit: a gate and a rate
-// per client for every route (echo.WrapMiddleware), and a stricter policy
-// of its own for the login route.
+// Command echo serves an echo server behind httplimit: one gate and a rate
+// per client address for the whole service, a stricter policy on its login
+// route, a stream of events that gives its place in the gate back once it
+// has started, and health probes that bypass every limit.
+//
+//	go run .                                  # serve on 127.0.0.1:8080
+//	curl -i localhost:8080/
+//	curl -i -X POST localhost:8080/login      # the sixth in a minute gets 429
+//	curl -N localhost:8080/events             # one event a second
+//
+// echo takes httplimit's middleware through echo.WrapMiddleware: the
+// service-wide Middleware's Handler goes to Use, a route's Middleware (made
+// by With) to the route's middleware. The handlers see the request the
+// middleware passes on (c.Request()), so httplimit.ReleaseCapacity works
+// from them.
 package main
 
 import (
+	"flag"
+	"fmt"
 	"log"
 	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v4"
-
 	"github.com/limitsgo/limits"
 	"github.com/limitsgo/limits/httplimit"
 )
 
-// newRouter returns the service's router and its Middleware.
-func newRouter() (*echo.Echo, *httplimit.Middleware, error) {
+// newRouter returns the service's router, limited by m: at most 64 requests
+// in progress (503 server_busy beyond), 60 a minute per client address and
+// 5 a minute to /login (429 rate_limited beyond), /healthz exempt; an
+// /events stream counts against the gate only until it has started.
+func newRouter() (http.Handler, *httplimit.Middleware, error) {
 	m, err := httplimit.New(httplimit.Config{
+		Exempt:      httplimit.ExemptPaths("/healthz"),
 		MaxInFlight: 64,
-		Rate:        limits.Limit{Events: 100, Period: time.Minute},
+		Rate:        limits.Limit{Events: 60, Period: time.Minute},
 	})
 	if err != nil {
 		return nil, nil, err
@@ -27,21 +44,49 @@ func newRouter() (*echo.Echo, *httplimit.Middleware, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+
 	e := echo.New()
+	e.HideBanner = true
 	e.Use(echo.WrapMiddleware(m.Handler))
-	e.GET("/items", func(c echo.Context) error { return c.String(http.StatusOK, "items") })
-	e.POST("/login", func(c echo.Context) error { return c.String(http.StatusOK, "welcome") }, echo.WrapMiddleware(login.Handler))
-	e.GET("/stream", func(c echo.Context) error {
-		httplimit.ReleaseCapacity(c.Request()) // the costly part is done
-		return c.String(http.StatusOK, "streaming")
-	})
+	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
+	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "hello\n") })
+	e.POST("/login", func(c echo.Context) error { return c.String(http.StatusOK, "welcome\n") },
+		echo.WrapMiddleware(login.Handler))
+	e.GET("/events", events)
 	return e, m, nil
 }
 
+// events streams one Server-Sent Event a second until the client leaves.
+// Once the stream has started, it gives its place in the gate back: a few
+// hundred open streams must not fill the gate.
+func events(c echo.Context) error {
+	httplimit.ReleaseCapacity(c.Request())
+	w := c.Response()
+	w.Header().Set(echo.HeaderContentType, "text/event-stream")
+	rc := http.NewResponseController(w)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		fmt.Fprintf(w, "data: %d\n\n", i)
+		if rc.Flush() != nil {
+			return nil
+		}
+		select {
+		case <-c.Request().Context().Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
 func main() {
-	e, _, err := newRouter()
+	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
+	flag.Parse()
+	h, _, err := newRouter()
 	if err != nil {
 		log.Fatal(err)
 	}
-	log.Fatal(e.Start("localhost:8080"))
+	srv := &http.Server{Addr: *addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	log.Printf("serving on http://%s", *addr)
+	log.Fatal(srv.ListenAndServe())
 }

@@ -1,25 +1,41 @@
-// Command gin serves a gin router behind httplimit, through the adapter
-// of package ginlimit: a gate and a rate per client for every route, and a
-// stricter policy of its own for the login route.
+// Command gin serves a gin engine behind httplimit: one gate and a rate per
+// client address for the whole service, a stricter policy on its login
+// route, a stream of events that gives its place in the gate back once it
+// has started, and health probes that bypass every limit.
+//
+//	go run .                                  # serve on 127.0.0.1:8080
+//	curl -i localhost:8080/
+//	curl -i -X POST localhost:8080/login      # the sixth in a minute gets 429
+//	curl -N localhost:8080/events             # one event a second
+//
+// gin takes httplimit's middleware through ginlimit.Wrap: the service-wide
+// Middleware's Handler goes to Use, a route's Middleware (made by With) in
+// front of the route's handler. The handlers see the request the middleware
+// passes on (c.Request), so httplimit.ReleaseCapacity works from them.
 package main
 
 import (
+	"flag"
+	"fmt"
 	"log"
 	"net/http"
 	"time"
 
 	"github.com/gin-gonic/gin"
-
 	"github.com/limitsgo/limits"
 	"github.com/limitsgo/limits/httplimit"
 	"github.com/limitsgo/limits/httplimit/ginlimit"
 )
 
-// newRouter returns the service's router and its Middleware.
-func newRouter() (*gin.Engine, *httplimit.Middleware, error) {
+// newRouter returns the service's router, limited by m: at most 64 requests
+// in progress (503 server_busy beyond), 60 a minute per client address and
+// 5 a minute to /login (429 rate_limited beyond), /healthz exempt; an
+// /events stream counts against the gate only until it has started.
+func newRouter() (http.Handler, *httplimit.Middleware, error) {
 	m, err := httplimit.New(httplimit.Config{
+		Exempt:      httplimit.ExemptPaths("/healthz"),
 		MaxInFlight: 64,
-		Rate:        limits.Limit{Events: 100, Period: time.Minute},
+		Rate:        limits.Limit{Events: 60, Period: time.Minute},
 	})
 	if err != nil {
 		return nil, nil, err
@@ -28,21 +44,46 @@ func newRouter() (*gin.Engine, *httplimit.Middleware, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+
 	r := gin.New()
-	r.Use(ginlimit.Handler(m.Handler))
-	r.GET("/items", func(c *gin.Context) { c.String(http.StatusOK, "items") })
-	r.POST("/login", ginlimit.Handler(login.Handler), func(c *gin.Context) { c.String(http.StatusOK, "welcome") })
-	r.GET("/stream", func(c *gin.Context) {
-		httplimit.ReleaseCapacity(c.Request) // the costly part is done
-		c.String(http.StatusOK, "streaming")
-	})
+	r.Use(gin.Recovery(), ginlimit.Wrap(m.Handler))
+	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok\n") })
+	r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "hello\n") })
+	r.POST("/login", ginlimit.Wrap(login.Handler), func(c *gin.Context) { c.String(http.StatusOK, "welcome\n") })
+	r.GET("/events", events)
 	return r, m, nil
 }
 
+// events streams one Server-Sent Event a second until the client leaves.
+// Once the stream has started, it gives its place in the gate back: a few
+// hundred open streams must not fill the gate.
+func events(c *gin.Context) {
+	httplimit.ReleaseCapacity(c.Request)
+	c.Header("Content-Type", "text/event-stream")
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		if _, err := fmt.Fprintf(c.Writer, "data: %d\n\n", i); err != nil {
+			return
+		}
+		c.Writer.Flush()
+		select {
+		case <-c.Request.Context().Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 func main() {
-	r, _, err := newRouter()
+	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
+	flag.Parse()
+	gin.SetMode(gin.ReleaseMode)
+	h, _, err := newRouter()
 	if err != nil {
 		log.Fatal(err)
 	}
-	log.Fatal(r.Run("localhost:8080"))
+	srv := &http.Server{Addr: *addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	log.Printf("serving on http://%s", *addr)
+	log.Fatal(srv.ListenAndServe())
 }

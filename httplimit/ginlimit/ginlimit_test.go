@@ -1,13 +1,22 @@
 package ginlimit_test
 
 import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gin-gonic/gin"
-
 	"github.com/limitsgo/limits"
 	"github.com/limitsgo/limits/httplimit"
 	"github.com/limitsgo/limits/httplimit/ginlimit"
@@ -15,55 +24,470 @@ import (
 
 func init() { gin.SetMode(gin.TestMode) }
 
-// TestRoutes serves a gin router behind a Middleware of 3 requests an
-// hour per client and a gate of 1, with a login route that allows 1: the
-// route's refusal gives back the global charge, a global refusal aborts
-// the chain, ReleaseCapacity frees the gate's place from a gin handler,
-// and a status the handler writes reaches both gin and the Middleware.
-func TestRoutes(t *testing.T) {
-	m, err := httplimit.New(httplimit.Config{MaxInFlight: 1, Rate: limits.Limit{Events: 3, Period: time.Hour}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	login, err := m.With(httplimit.Policy{Name: "login", Rate: limits.Limit{Events: 1, Period: time.Hour}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := gin.New()
-	r.Use(ginlimit.Handler(m.Handler))
-	r.POST("/login", ginlimit.Handler(login.Handler), func(c *gin.Context) { c.String(http.StatusOK, "welcome") })
-	inner := -1
-	r.GET("/stream", func(c *gin.Context) {
-		httplimit.ReleaseCapacity(c.Request)
-		inner = m.Stats().Gate.InFlight
-		c.String(http.StatusAccepted, "streaming")
-	})
-	reached := 0
-	r.GET("/", func(c *gin.Context) { reached++; c.Status(http.StatusNoContent) })
+// problem is the part of httplimit's problem+json body the tests read.
+type problem struct {
+	Status   int      `json:"status"`
+	Reason   string   `json:"reason"`
+	Violated []string `json:"violated-policies"`
+}
 
-	do := func(method, path string) int {
-		w := httptest.NewRecorder()
-		req := httptest.NewRequest(method, path, nil)
-		req.RemoteAddr = "192.0.2.1:1"
-		r.ServeHTTP(w, req)
-		return w.Code
+type response struct {
+	code    int
+	header  http.Header
+	body    string
+	problem problem
+}
+
+func do(t *testing.T, method, url string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for i, want := range []int{http.StatusOK, http.StatusTooManyRequests, http.StatusTooManyRequests} {
-		if got := do(http.MethodPost, "/login"); got != want {
-			t.Fatalf("login %d: %d, want %d", i+1, got, want)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := response{code: res.StatusCode, header: res.Header, body: string(b)}
+	if res.Header.Get("Content-Type") == "application/problem+json" {
+		if err := json.Unmarshal(b, &r.problem); err != nil {
+			t.Fatalf("%s %s: problem body %q: %v", method, url, b, err)
 		}
 	}
-	// The refused logins cost nothing in the global bucket: 2 left.
-	if got := do(http.MethodGet, "/stream"); got != http.StatusAccepted || inner != 0 {
-		t.Errorf("stream: %d, %d in the gate after ReleaseCapacity; want 202 and 0", got, inner)
+	return r
+}
+
+func mustNew(t *testing.T, cfg httplimit.Config) *httplimit.Middleware {
+	t.Helper()
+	m, err := httplimit.New(cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := do(http.MethodGet, "/"); got != http.StatusNoContent {
-		t.Errorf("the third request: %d", got)
+	return m
+}
+
+func mustWith(t *testing.T, m *httplimit.Middleware, p httplimit.Policy) *httplimit.Middleware {
+	t.Helper()
+	r, err := m.With(p)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := do(http.MethodGet, "/"); got != http.StatusTooManyRequests || reached != 1 {
-		t.Errorf("past the global limit: %d, handler reached %d times; want 429, once", got, reached)
+	return r
+}
+
+func ok(c *gin.Context) { c.String(http.StatusOK, "ok") }
+
+// A route's policy applied through Wrap inside the service-wide Wrap
+// charges the route's bucket only, and its refusal gives back what the
+// service-wide layer charged: the request reaches the route's Middleware
+// with the context the service-wide one gave it.
+func TestWrapRoutePolicy(t *testing.T) {
+	m := mustNew(t, httplimit.Config{MaxInFlight: 8, Rate: limits.Limit{Events: 10, Period: time.Minute}})
+	login := mustWith(t, m, httplimit.Policy{Name: "login", Rate: limits.Limit{Events: 3, Period: time.Minute}})
+	var served atomic.Int64
+	r := gin.New()
+	r.Use(ginlimit.Wrap(m.Handler))
+	r.POST("/login", ginlimit.Wrap(login.Handler), func(c *gin.Context) { served.Add(1); ok(c) })
+	r.GET("/", ok)
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	for i := range 3 {
+		res := do(t, "POST", srv.URL+"/login")
+		if res.code != http.StatusOK {
+			t.Fatalf("login %d: status %d, want 200", i, res.code)
+		}
+		want := fmt.Sprintf(`"default";r=%d;t=`, 9-i)
+		if got := res.header.Get("RateLimit"); !strings.HasPrefix(got, want) || !strings.Contains(got, fmt.Sprintf(`, "login";r=%d;t=`, 2-i)) {
+			t.Errorf("login %d: RateLimit %q, want default r=%d and login r=%d", i, got, 9-i, 2-i)
+		}
+		if got := res.header.Get("RateLimit-Policy"); got != `"default";q=10;w=60, "login";q=3;w=60` {
+			t.Errorf("login %d: RateLimit-Policy %q", i, got)
+		}
 	}
-	if s := m.Stats(); s.Allowed != 3 || s.RateLimited != 3 {
-		t.Errorf("Stats: %+v", s)
+	for range 2 {
+		res := do(t, "POST", srv.URL+"/login")
+		if res.code != http.StatusTooManyRequests || res.problem.Reason != httplimit.ReasonRateLimited {
+			t.Fatalf("login over the policy: %d %+v, want 429 rate_limited", res.code, res.problem)
+		}
+		if len(res.problem.Violated) != 1 || res.problem.Violated[0] != "login" {
+			t.Errorf("refusal: violated-policies %q, want [login]", res.problem.Violated)
+		}
+		if got := res.header.Get("RateLimit"); !strings.HasPrefix(got, `"login";r=0;t=`) {
+			t.Errorf("refusal: RateLimit %q, want the login policy's, empty", got)
+		}
+		if s, err := strconv.Atoi(res.header.Get("Retry-After")); err != nil || s < 1 || s > 20 {
+			t.Errorf("refusal: Retry-After %q, want 1 to 20 s (a third of a minute at most)", res.header.Get("Retry-After"))
+		}
 	}
+	if n := served.Load(); n != 3 {
+		t.Errorf("login handler ran %d times, want 3", n)
+	}
+	// 3 logins served and 1 request now: the refused logins cost nothing,
+	// and the route's Middleware did not charge the default bucket again.
+	res := do(t, "GET", srv.URL+"/")
+	if got := res.header.Get("RateLimit"); res.code != http.StatusOK || !strings.HasPrefix(got, `"default";r=6;t=`) {
+		t.Errorf("after the refused logins: %d, RateLimit %q, want 200 and default r=6", res.code, got)
+	}
+	s := m.Stats()
+	if s.Allowed != 4 || s.RateLimited != 2 {
+		t.Errorf("Stats: allowed %d, rate limited %d; want 4 and 2", s.Allowed, s.RateLimited)
+	}
+}
+
+// A handler behind Wrap gives its place in the gate back with
+// ReleaseCapacity(c.Request): another request gets in while it still runs.
+// One that does not release keeps the only place.
+func TestWrapReleaseCapacity(t *testing.T) {
+	m := mustNew(t, httplimit.Config{MaxInFlight: 1})
+	entered := make(chan struct{})
+	finish := make(chan struct{})
+	r := gin.New()
+	r.Use(ginlimit.Wrap(m.Handler))
+	hold := func(release bool) gin.HandlerFunc {
+		return func(c *gin.Context) {
+			if release {
+				httplimit.ReleaseCapacity(c.Request)
+			}
+			entered <- struct{}{}
+			<-finish
+			ok(c)
+		}
+	}
+	r.GET("/stream", hold(true))
+	r.GET("/hold", hold(false))
+	r.GET("/", ok)
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	for _, tc := range []struct {
+		path string
+		want int
+	}{{"/hold", http.StatusServiceUnavailable}, {"/stream", http.StatusOK}} {
+		done := make(chan response, 1)
+		go func() { done <- do(t, "GET", srv.URL+tc.path) }()
+		<-entered
+		res := do(t, "GET", srv.URL+"/")
+		if res.code != tc.want {
+			t.Errorf("while %s runs: status %d, want %d", tc.path, res.code, tc.want)
+		}
+		if tc.want == http.StatusServiceUnavailable {
+			if res.problem.Reason != httplimit.ReasonServerBusy || res.header.Get("Retry-After") != "1" {
+				t.Errorf("while %s runs: reason %q, Retry-After %q; want server_busy and 1", tc.path, res.problem.Reason, res.header.Get("Retry-After"))
+			}
+		}
+		finish <- struct{}{}
+		if res := <-done; res.code != http.StatusOK {
+			t.Errorf("%s: status %d, want 200", tc.path, res.code)
+		}
+	}
+	if g := m.Stats().Gate; g == nil || g.InFlight != 0 {
+		t.Errorf("gate after the requests: %+v, want none in flight", g)
+	}
+}
+
+// A refusal ends the gin chain: neither the handlers nor the middleware
+// after Wrap run, and the middleware before it sees the refusal's status.
+func TestWrapAbortsOnRefusal(t *testing.T) {
+	m := mustNew(t, httplimit.Config{Rate: limits.Limit{Events: 1, Period: time.Minute}})
+	var after, handler atomic.Int64
+	var statuses []int
+	var mu sync.Mutex
+	r := gin.New()
+	r.Use(func(c *gin.Context) {
+		c.Next()
+		mu.Lock()
+		statuses = append(statuses, c.Writer.Status())
+		mu.Unlock()
+		if c.IsAborted() != (c.Writer.Status() == http.StatusTooManyRequests) {
+			t.Errorf("status %d, aborted %v", c.Writer.Status(), c.IsAborted())
+		}
+	})
+	r.Use(ginlimit.Wrap(m.Handler))
+	r.Use(func(c *gin.Context) { after.Add(1) })
+	r.GET("/", func(c *gin.Context) { handler.Add(1); ok(c) })
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+
+	if res := do(t, "GET", srv.URL+"/"); res.code != http.StatusOK || res.body != "ok" {
+		t.Fatalf("first request: %d %q", res.code, res.body)
+	}
+	res := do(t, "GET", srv.URL+"/")
+	if res.code != http.StatusTooManyRequests || res.problem.Reason != httplimit.ReasonRateLimited || res.header.Get("Retry-After") == "" {
+		t.Fatalf("second request: %d %+v Retry-After %q, want 429 rate_limited with Retry-After", res.code, res.problem, res.header.Get("Retry-After"))
+	}
+	if after.Load() != 1 || handler.Load() != 1 {
+		t.Errorf("after the refusal: middleware after Wrap ran %d times, handler %d; want 1 and 1", after.Load(), handler.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(statuses) != "[200 429]" {
+		t.Errorf("statuses seen before Wrap: %v, want [200 429]", statuses)
+	}
+}
+
+// recorder is a middleware that wraps the writer, as a middleware that
+// watches the status does: the gin chain must write through it.
+type recorder struct {
+	http.ResponseWriter
+	mu       sync.Mutex
+	status   int
+	flushes  int
+	hijacked bool
+}
+
+func (w *recorder) WriteHeader(code int) {
+	w.mu.Lock()
+	if w.status == 0 {
+		w.status = code
+	}
+	w.mu.Unlock()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *recorder) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	w.mu.Unlock()
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *recorder) Flush() {
+	w.mu.Lock()
+	w.flushes++
+	w.mu.Unlock()
+	http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	w.mu.Lock()
+	w.hijacked = true
+	w.mu.Unlock()
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func recording(seen chan<- *recorder) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rw := &recorder{ResponseWriter: w}
+			next.ServeHTTP(rw, r)
+			seen <- rw
+		})
+	}
+}
+
+// The chain writes through the writer the middleware passes on, with gin's
+// semantics: a status set without a body is sent when the chain returns,
+// and Flush and Hijack reach the middleware's writer.
+func TestWrapWritesThroughMiddleware(t *testing.T) {
+	seen := make(chan *recorder, 1)
+	r := gin.New()
+	var mu sync.Mutex
+	var outer []int
+	r.Use(func(c *gin.Context) {
+		c.Next()
+		mu.Lock()
+		outer = append(outer, c.Writer.Status())
+		mu.Unlock()
+	})
+	r.Use(ginlimit.Wrap(recording(seen)))
+	r.GET("/json", func(c *gin.Context) { c.JSON(http.StatusCreated, gin.H{"a": 1}) })
+	r.GET("/status", func(c *gin.Context) { c.Status(http.StatusAccepted) })
+	r.GET("/flush", func(c *gin.Context) { c.String(http.StatusOK, "a"); c.Writer.Flush() })
+	r.GET("/hijack", func(c *gin.Context) {
+		conn, rw, err := c.Writer.Hijack()
+		if err != nil {
+			t.Errorf("Hijack: %v", err)
+			return
+		}
+		defer conn.Close()
+		rw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi")
+		rw.Flush()
+	})
+	srv := httptest.NewServer(r)
+
+	for _, tc := range []struct {
+		path, body string
+		code       int
+	}{
+		{"/json", `{"a":1}`, http.StatusCreated},
+		{"/status", "", http.StatusAccepted},
+		{"/flush", "a", http.StatusOK},
+		{"/hijack", "hi", http.StatusOK},
+	} {
+		res := do(t, "GET", srv.URL+tc.path)
+		rw := <-seen
+		if res.code != tc.code || res.body != tc.body {
+			t.Errorf("%s: %d %q, want %d %q", tc.path, res.code, res.body, tc.code, tc.body)
+		}
+		switch tc.path {
+		case "/hijack":
+			if !rw.hijacked {
+				t.Errorf("%s: the middleware's writer was not asked to hijack", tc.path)
+			}
+		case "/flush":
+			if rw.flushes == 0 {
+				t.Errorf("%s: the middleware's writer was not flushed", tc.path)
+			}
+			fallthrough
+		default:
+			if rw.status != tc.code {
+				t.Errorf("%s: the middleware saw status %d, want %d", tc.path, rw.status, tc.code)
+			}
+		}
+	}
+	srv.Close() // waits for the handlers
+	mu.Lock()
+	defer mu.Unlock()
+	if len(outer) != 4 || fmt.Sprint(outer[:3]) != "[201 202 200]" {
+		t.Errorf("statuses seen before Wrap: %v", outer)
+	}
+}
+
+// With Config.Timeout, the chain runs on the middleware's goroutine and
+// writes to its buffer: an answer in time is sent whole; past the
+// deadline, the client gets request_timeout and nothing the handler wrote,
+// and Wrap returns only once the chain has, so that gin does not reuse the
+// gin.Context under it.
+func TestWrapTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := mustNew(t, httplimit.Config{MaxInFlight: 4, Timeout: time.Second})
+		var returned atomic.Bool
+		r := gin.New()
+		r.Use(ginlimit.Wrap(m.Handler))
+		r.GET("/fast", func(c *gin.Context) { c.Header("X-Handler", "1"); c.String(http.StatusCreated, "done") })
+		r.GET("/slow", func(c *gin.Context) {
+			c.String(http.StatusOK, "partial")
+			<-c.Request.Context().Done()
+			time.Sleep(time.Second) // still using c after the deadline
+			c.Header("X-Late", "1")
+			c.Set("late", true)
+			returned.Store(true)
+		})
+
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, httptest.NewRequest("GET", "/fast", nil))
+		if w.Code != http.StatusCreated || w.Body.String() != "done" || w.Header().Get("X-Handler") != "1" {
+			t.Errorf("/fast: %d %q %v", w.Code, w.Body, w.Header())
+		}
+
+		w = httptest.NewRecorder()
+		start := time.Now()
+		r.ServeHTTP(w, httptest.NewRequest("GET", "/slow", nil))
+		if !returned.Load() {
+			t.Error("/slow: Wrap returned before the chain")
+		}
+		if d := time.Since(start); d != 2*time.Second {
+			t.Errorf("/slow: served in %v, want 2s (deadline, then the handler's second)", d)
+		}
+		var p problem
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusServiceUnavailable || p.Reason != httplimit.ReasonRequestTimeout {
+			t.Errorf("/slow: %d %q, want 503 request_timeout alone", w.Code, w.Body)
+		}
+		if !w.Flushed {
+			t.Error("/slow: the refusal was not flushed at the deadline")
+		}
+		if w.Header().Get("X-Late") != "" {
+			t.Error("/slow: a header set after the deadline reached the client")
+		}
+		if g := m.Stats().Gate; g == nil || g.InFlight != 0 {
+			t.Errorf("gate after the requests: %+v, want none in flight", g)
+		}
+	})
+}
+
+// A handler that panics behind Wrap reaches gin's Recovery before it, with
+// the gin writer put back, and its place in the gate is given back: with
+// or without Timeout, which runs the chain on another goroutine.
+func TestWrapPanic(t *testing.T) {
+	for _, timeout := range []time.Duration{0, time.Second} {
+		t.Run(fmt.Sprint("timeout=", timeout), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				m := mustNew(t, httplimit.Config{MaxInFlight: 1, Timeout: timeout})
+				r := gin.New()
+				r.Use(gin.CustomRecoveryWithWriter(io.Discard, func(c *gin.Context, err any) {
+					c.String(http.StatusInternalServerError, "recovered: %v", err)
+				}))
+				r.Use(ginlimit.Wrap(m.Handler))
+				r.GET("/panic", func(c *gin.Context) { c.Header("X-Handler", "1"); panic("boom") })
+				r.GET("/", ok)
+				for _, path := range []string{"/panic", "/", "/panic", "/"} {
+					w := httptest.NewRecorder()
+					r.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+					want, code := "ok", http.StatusOK
+					if path == "/panic" {
+						want, code = "recovered: boom", http.StatusInternalServerError
+					}
+					if w.Code != code || w.Body.String() != want {
+						t.Errorf("%s: %d %q, want %d %q", path, w.Code, w.Body, code, want)
+					}
+				}
+				if g := m.Stats().Gate; g == nil || g.InFlight != 0 || g.Admitted != 4 {
+					t.Errorf("gate after the requests: %+v, want 4 admitted and none in flight", g)
+				}
+			})
+		})
+	}
+}
+
+// Many requests at once through Wrap with Timeout: each gets either its
+// handler's whole answer, when it returns in time, or request_timeout
+// alone, as the handler's duration says; Wrap never returns before its
+// chain, and the gate ends empty, its counts matching.
+func TestWrapTimeoutConcurrent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 64
+		m := mustNew(t, httplimit.Config{MaxInFlight: n, Timeout: time.Second})
+		var running atomic.Int64
+		r := gin.New()
+		r.Use(ginlimit.Wrap(m.Handler))
+		r.GET("/:ms", func(c *gin.Context) {
+			running.Add(1)
+			defer running.Add(-1)
+			ms, _ := strconv.Atoi(c.Param("ms"))
+			c.Header("X-Ms", c.Param("ms"))
+			time.Sleep(time.Duration(ms) * time.Millisecond)
+			c.String(http.StatusOK, "slept %d", ms)
+		})
+		var wg sync.WaitGroup
+		var timedOut atomic.Int64
+		for i := range n {
+			wg.Go(func() {
+				ms := 100 + 40*i // from 100ms to 2.62s; past 1s for i > 22
+				w := httptest.NewRecorder()
+				r.ServeHTTP(w, httptest.NewRequest("GET", "/"+strconv.Itoa(ms), nil))
+				if ms < 1000 {
+					if w.Code != http.StatusOK || w.Body.String() != fmt.Sprint("slept ", ms) || w.Header().Get("X-Ms") != strconv.Itoa(ms) {
+						t.Errorf("%dms: %d %q %v, want the handler's answer", ms, w.Code, w.Body, w.Header())
+					}
+					return
+				}
+				timedOut.Add(1)
+				var p problem
+				if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusServiceUnavailable || p.Reason != httplimit.ReasonRequestTimeout || w.Header().Get("X-Ms") != "" {
+					t.Errorf("%dms: %d %q %v, want request_timeout alone", ms, w.Code, w.Body, w.Header())
+				}
+			})
+		}
+		wg.Wait()
+		if k := running.Load(); k != 0 {
+			t.Errorf("%d handlers still running once every Wrap returned", k)
+		}
+		s := m.Stats()
+		if s.Allowed != n || s.RequestTimeout != uint64(timedOut.Load()) || timedOut.Load() != n-23 {
+			t.Errorf("Stats: allowed %d, request timeout %d; want %d and %d", s.Allowed, s.RequestTimeout, n, n-23)
+		}
+		if s.Gate == nil || s.Gate.InFlight != 0 || s.Gate.Admitted != n {
+			t.Errorf("gate: %+v, want %d admitted and none in flight", s.Gate, n)
+		}
+	})
 }

@@ -2,13 +2,15 @@
 // as Prometheus metrics: its calls by layer and outcome, by rate policy,
 // the fullness of each policy's table of clients, and its gate.
 //
+//	var interceptor *grpclimit.Interceptor
+//	reg := prometheus.NewRegistry()
 //	grpclimitprom.Register(reg, "rpc", interceptor) // *grpclimit.Interceptor, with its gate
 //
 // It follows the conventions of package limitsprom, whose package
 // documentation describes them: one call per component, values read at
 // scrape time, the label name="<name>" on every metric, every series
-// present from the start at 0. It is a package of its own so that
-// limitsprom links no gRPC.
+// present from the start at 0. It is a package, and a module, of its own
+// so that limitsprom links no gRPC and its users get no gRPC module.
 //
 // # Metrics
 //

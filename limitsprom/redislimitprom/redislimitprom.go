@@ -2,13 +2,16 @@
 // Prometheus metrics: its calls to Redis, their failures by kind, the
 // decisions made by its fallback, and the time calls took.
 //
+//	var perKey *redislimit.GCRA
+//	reg := prometheus.NewRegistry()
 //	redislimitprom.Register(reg, "fleet", perKey) // *redislimit.GCRA
 //
 // It follows the conventions of package limitsprom, whose package
 // documentation describes them: one call per component, values read at
 // scrape time, the label name="<name>" on every metric, every series
-// present from the start at 0. It is a package of its own so that
-// limitsprom links no Redis client.
+// present from the start at 0. It is a package, and a module, of its own
+// so that limitsprom links no Redis client and its users get no Redis
+// module.
 //
 // # Metrics
 //

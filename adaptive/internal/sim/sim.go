@@ -9,6 +9,7 @@ package sim
 import (
 	"container/heap"
 	"context"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing/synctest"
@@ -20,12 +21,16 @@ import (
 )
 
 // Service is a model of a service: Servers workers, each serving one
-// request at a time, in the order they came, for a time drawn from an
-// exponential distribution of mean Mean. Its capacity is Servers
-// requests at once, Servers/Mean a second; past it, requests queue.
+// request at a time, in the order they came (an unbounded FIFO queue), for
+// a time drawn from the distribution Dist of mean Mean. Its capacity is
+// Servers requests at once, Servers/Mean a second; past it, requests
+// queue.
 type Service struct {
 	Servers int
 	Mean    time.Duration
+	// Dist is the shape of the service times; the zero Dist is
+	// Exponential.
+	Dist Dist
 	// Changes sets Servers to a new number at given times, in order: a
 	// slower dependency, a lost core.
 	Changes []Change
@@ -33,6 +38,74 @@ type Service struct {
 	// a worker, at once, as a server with a queue timeout does: the
 	// request is Dropped, and counts as served in Failed.
 	Timeout time.Duration
+}
+
+// Dist is a distribution of service times, scaled to a mean.
+type Dist uint8
+
+const (
+	// Exponential service times: p50 0.69, p99 4.6 times the mean.
+	Exponential Dist = iota
+	// Lognormal service times, of shape sigma 0.5: p10 0.47, p50 0.88,
+	// p99 2.8 times the mean.
+	Lognormal
+	// Uniform service times, between 0.8 and 1.2 times the mean.
+	Uniform
+	// Bimodal service times: 80% between 0.4 and 0.6 times the mean, 20%
+	// between 2.6 and 3.4 times (a cache hit and a miss).
+	Bimodal
+)
+
+// Dists lists the distributions, in order.
+var Dists = []Dist{Exponential, Lognormal, Uniform, Bimodal}
+
+func (d Dist) String() string {
+	switch d {
+	case Exponential:
+		return "exponential"
+	case Lognormal:
+		return "lognormal"
+	case Uniform:
+		return "uniform"
+	case Bimodal:
+		return "bimodal"
+	}
+	return "unknown"
+}
+
+// lognormalSigma is the shape of Lognormal.
+const lognormalSigma = 0.5
+
+// draw returns a service time of mean mean from rng.
+func (d Dist) draw(rng *rand.Rand, mean time.Duration) time.Duration {
+	m := float64(mean)
+	var v float64
+	switch d {
+	case Lognormal:
+		v = m * math.Exp(lognormalSigma*rng.NormFloat64()-lognormalSigma*lognormalSigma/2)
+	case Uniform:
+		v = m * (0.8 + 0.4*rng.Float64())
+	case Bimodal:
+		if rng.Float64() < 0.8 {
+			v = m * (0.4 + 0.2*rng.Float64())
+		} else {
+			v = m * (2.6 + 0.8*rng.Float64())
+		}
+	default:
+		v = m * rng.ExpFloat64()
+	}
+	return even(time.Duration(v))
+}
+
+// Unloaded returns the latency percentile q of s's requests served
+// without queueing, measured on n service times drawn with seed.
+func (s Service) Unloaded(q float64, n int, seed uint64) time.Duration {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	d := make([]time.Duration, n)
+	for i := range d {
+		d[i] = s.Dist.draw(rng, s.Mean)
+	}
+	return report.Percentile(d, q)
 }
 
 // Change is a change of a Service's workers.
@@ -260,7 +333,7 @@ func (r *run) handle(ev event, end time.Duration) {
 	now := ev.at
 	switch ev.kind {
 	case evArrive:
-		q := &req{id: len(r.reqs), service: even(time.Duration(r.rng.ExpFloat64() * float64(r.cfg.Service.Mean)))}
+		q := &req{id: len(r.reqs), service: r.cfg.Service.Dist.draw(r.rng, r.cfg.Service.Mean)}
 		q.Arrive = now
 		r.mu.Lock()
 		r.reqs = append(r.reqs, q)

@@ -1,0 +1,500 @@
+package adaptive_test
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/limitsgo/limits/adaptive"
+	"github.com/limitsgo/limits/adaptive/internal/sim"
+)
+
+// The services of the capacity matrix: C workers, each serving a request
+// in a mean time chosen so that small services are slow ones, as they
+// are in practice, and no run simulates more than a few thousand
+// requests a second.
+var capacities = []struct {
+	C    int
+	Mean time.Duration
+}{
+	{2, 20 * time.Millisecond},  // 100 requests a second
+	{6, 40 * time.Millisecond},  // 150
+	{20, 10 * time.Millisecond}, // 2,000
+	{50, 20 * time.Millisecond}, // 2,500
+	{200, 100 * time.Millisecond},
+}
+
+// meanOf returns the mean service time of the service of capacity c.
+func meanOf(c int) time.Duration {
+	for _, s := range capacities {
+		if s.C == c {
+			return s.Mean
+		}
+	}
+	panic(fmt.Sprint("no service of capacity ", c))
+}
+
+// band returns the limits within one request, or 10%, of c.
+func band(c int) (lo, hi int) {
+	d := max(1, c/10)
+	return c - d, c + d
+}
+
+// settleBy is the time, from the start of a run at twice the capacity,
+// within which the limit settles in band(C) from ten times too low or too
+// high, for the services of capacities: a window needs 50 requests, so
+// slow services take longer.
+var settleBy = map[int]time.Duration{
+	2:   12 * time.Second,
+	6:   12 * time.Second,
+	20:  5 * time.Second,
+	50:  5 * time.Second,
+	200: 10 * time.Second,
+}
+
+// capRun is a run of the capacity matrix.
+type capRun struct {
+	law     adaptive.Law // nil: Gradient
+	c       int
+	dist    sim.Dist
+	initial int
+	load    float64 // times the capacity
+	d       time.Duration
+	seed    uint64
+	changes []sim.Change
+	timeout time.Duration
+	wait    time.Duration // in Gate.Enter; 0 uses TryEnter
+}
+
+// run simulates r in a bubble of its own.
+func (r capRun) run(t testing.TB) (res *sim.Result, ctrl *adaptive.Controller) {
+	tt, ok := t.(*testing.T)
+	if !ok {
+		panic("capRun needs a *testing.T")
+	}
+	synctest.Test(tt, func(t *testing.T) {
+		g := mustGate(t, r.initial)
+		cfg := adaptive.Config{Law: r.law, Max: 10000}
+		if _, ok := r.law.(adaptive.AIMD); ok {
+			cfg.ProbeEvery = -1
+		}
+		ctrl = mustNew(t, g, cfg)
+		mean := meanOf(r.c)
+		res = sim.Run(sim.Config{
+			Seed:    r.seed + 1,
+			Service: sim.Service{Servers: r.c, Mean: mean, Dist: r.dist, Changes: r.changes, Timeout: r.timeout},
+			Load:    []sim.Phase{{Until: r.d, Rate: r.load * float64(r.c) / mean.Seconds()}},
+			Front:   sim.Front{Gate: g, Ctrl: ctrl, Wait: r.wait},
+		})
+	})
+	return res, ctrl
+}
+
+// outcome is what a run of the matrix measured.
+type outcome struct {
+	settle  time.Duration // -1: never
+	limit   float64       // the mean limit after settling (or over the second half)
+	p99     float64       // admitted p99 after settling, over the unloaded p99
+	refused float64       // share of arrivals refused, after from
+	goodput float64       // admitted and not failed a second after settling, over the capacity
+}
+
+// measure sums up res, a run of r, from the time from, for a capacity c.
+func (r capRun) measure(res *sim.Result, from time.Duration, c int) outcome {
+	lo, hi := band(c)
+	var o outcome
+	o.settle = settled(res, from, lo, hi)
+	after := from + o.settle
+	if o.settle < 0 {
+		after = from + (r.d-from)/2
+	}
+	o.limit = meanLimit(res, after)
+	if o.limit == 0 {
+		o.limit = meanLimit(res, r.d/2)
+	}
+	s := res.Summarize(after, r.d)
+	svc := sim.Service{Servers: c, Mean: meanOf(r.c), Dist: r.dist}
+	o.p99 = float64(s.P99) / float64(svc.Unloaded(0.99, 100000, 1))
+	good := 0
+	for _, q := range res.Requests {
+		if q.Arrive >= after && q.Arrive < r.d && q.Admitted && !q.Failed {
+			good++
+		}
+	}
+	o.goodput = float64(good) / (r.d - after).Seconds() / (float64(c) / meanOf(r.c).Seconds())
+	all := res.Summarize(from, r.d)
+	o.refused = float64(all.Refused) / float64(max(all.Arrived, 1))
+	return o
+}
+
+func (o outcome) String() string {
+	return fmt.Sprintf("settled after %v at %.1f, p99 %.2fx unloaded, goodput %.0f%%, refused %.2f%%", o.settle, o.limit, o.p99, 100*o.goodput, 100*o.refused)
+}
+
+// TestCapacityMatrixLog prints a run of every capacity and distribution,
+// from ten times too low and too high (a quick look; TestReport writes
+// the table of docs/CAPACITY.md).
+func TestCapacityMatrixLog(t *testing.T) {
+	if !*matrix {
+		t.Skip("no -matrix")
+	}
+	fails := map[string]int{}
+	for _, cc := range capacities {
+		for _, dist := range sim.Dists {
+			for _, init := range []int{max(cc.C/10, 1), 10 * cc.C} {
+				for seed := range uint64(*seeds) {
+					r := capRun{c: cc.C, dist: dist, initial: init, load: 2, d: 20 * time.Second, seed: seed}
+					res, ctrl := r.run(t)
+					o := r.measure(res, 0, cc.C)
+					var bad []string
+					if o.settle < 0 || o.settle > settleBy[cc.C] {
+						bad = append(bad, "settle")
+					}
+					if o.p99 > 2 {
+						bad = append(bad, "p99")
+					}
+					if o.goodput < 0.9 {
+						bad = append(bad, "goodput")
+					}
+					for _, b := range bad {
+						fails[fmt.Sprint(b, " C=", cc.C)]++
+					}
+					t.Logf("C=%d %v from %d seed %d: %v; %d probes %v", cc.C, dist, init, seed, o, ctrl.Stats().Probes, bad)
+				}
+			}
+		}
+	}
+	t.Logf("failures: %v", fails)
+}
+
+var (
+	matrix = flag.Bool("matrix", false, "log the runs of TestCapacityMatrixLog and TestCapacityOtherLog")
+	seeds  = flag.Int("seeds", 1, "seeds for TestCapacityMatrixLog")
+)
+
+// TestCapacityOtherLog prints runs at 0.7x, of Vegas and AIMD, and a
+// capacity halving.
+func TestCapacityOtherLog(t *testing.T) {
+	if !*matrix {
+		t.Skip("no -matrix")
+	}
+	for _, cc := range capacities {
+		for i, dist := range sim.Dists {
+			for _, init := range []int{cc.C, 10 * cc.C} {
+				r := capRun{c: cc.C, dist: dist, initial: init, load: 0.7, d: 20 * time.Second, seed: uint64(i)}
+				res, ctrl := r.run(t)
+				o := r.measure(res, 0, cc.C)
+				late := r.measure(res, 5*time.Second, cc.C)
+				t.Logf("0.7x C=%d %v from %d: refused %.2f%% (%.2f%% after 5s) limit %d probes %d", cc.C, dist, init, 100*o.refused, 100*late.refused, ctrl.Limit(), ctrl.Stats().Probes)
+			}
+			for _, law := range []adaptive.Law{adaptive.Vegas{}, adaptive.AIMD{}} {
+				r := capRun{law: law, c: cc.C, dist: dist, initial: max(cc.C/10, 1), load: 2, d: 20 * time.Second, seed: uint64(i)}
+				res, _ := r.run(t)
+				o := r.measure(res, 0, cc.C)
+				t.Logf("%T C=%d %v: %v", law, cc.C, dist, o)
+			}
+			if cc.C <= 6 {
+				for _, init := range []int{max(cc.C/10, 1), 10 * cc.C} {
+					r := capRun{c: cc.C, dist: dist, initial: init, load: 2, d: 20 * time.Second, seed: uint64(i), wait: meanOf(cc.C) / 4}
+					res, _ := r.run(t)
+					t.Logf("wait C=%d %v from %d: %v", cc.C, dist, init, r.measure(res, 0, cc.C))
+				}
+			}
+			r := capRun{c: cc.C, dist: dist, initial: cc.C, load: 2, d: 20 * time.Second, seed: uint64(i), changes: []sim.Change{{At: 10 * time.Second, Servers: cc.C / 2}}}
+			res, _ := r.run(t)
+			o := r.measure(res, 10*time.Second, cc.C/2)
+			t.Logf("halving C=%d %v: %v", cc.C, dist, o)
+		}
+	}
+}
+
+// TestCapacityTrace prints one run's windows: go test -run TestCapacityTrace -v -args -trace C,dist,initial,load,law
+func TestCapacityTrace(t *testing.T) {
+	if *traceFlag == "" {
+		t.Skip("no -trace")
+	}
+	var c, init int
+	var dist, law string
+	var load float64
+	if _, err := fmt.Sscanf(*traceFlag, "%d,%s", &c, &dist); err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(*traceFlag, ",")
+	dist = parts[1]
+	fmt.Sscan(parts[2], &init)
+	fmt.Sscan(parts[3], &load)
+	law = parts[4]
+	r := capRun{c: c, initial: init, load: load, d: 20 * time.Second}
+	for _, d := range sim.Dists {
+		if d.String() == dist {
+			r.dist = d
+		}
+	}
+	switch law {
+	case "vegas":
+		r.law = adaptive.Vegas{}
+	case "aimd":
+		r.law = adaptive.AIMD{}
+	}
+	synctest.Test(t, func(t *testing.T) {
+		g := mustGate(t, r.initial)
+		cfg := adaptive.Config{Law: traceLaw{r.law, t}, Max: 10000, History: 1000}
+		ctrl := mustNew(t, g, cfg)
+		mean := meanOf(r.c)
+		res := sim.Run(sim.Config{
+			Seed:    r.seed + 1,
+			Service: sim.Service{Servers: r.c, Mean: mean, Dist: r.dist},
+			Load:    []sim.Phase{{Until: r.d, Rate: r.load * float64(r.c) / mean.Seconds()}},
+			Front:   sim.Front{Gate: g, Ctrl: ctrl},
+		})
+		_ = res
+		for _, h := range ctrl.Stats().History {
+			t.Logf("%v", h)
+		}
+	})
+}
+
+var traceFlag = flag.String("trace", "", "C,dist,initial,load,law for TestCapacityTrace")
+
+type traceLaw struct {
+	law adaptive.Law
+	t   *testing.T
+}
+
+func (l traceLaw) Next(limit float64, w *adaptive.Window) float64 {
+	law := l.law
+	if law == nil {
+		law = adaptive.Gradient{}
+	}
+	next := law.Next(limit, w)
+	var b10, b50 time.Duration
+	if w.Baseline != nil {
+		b10, b50 = w.Baseline.Quantile(0.1), w.Baseline.Quantile(0.5)
+	}
+	l.t.Logf("%6.2fs limit %.1f->%.1f max %d refused %d arrived %d demand %.1f n %d p10 %v p50 %v base %v/%v",
+		time.Duration(w.End.UnixNano()%1e12).Seconds(), limit, next, w.MaxInFlight, w.Refused, w.Arrived, w.Demand(), w.Samples, w.Quantile(0.1), w.Quantile(0.5), b10, b50)
+	return next
+}
+
+// runs returns the seeds to run at capacity c: two for the small, slow
+// services, whose runs are cheap, one for the others, whose runs
+// simulate thousands of requests a second.
+func runs(c int) uint64 {
+	if c <= 6 {
+		return 2
+	}
+	return 1
+}
+
+// inBand returns the share of res's steps from from on, not counting
+// baseline probes, in which the limit was in band(c).
+func inBand(res *sim.Result, from time.Duration, c int) float64 {
+	lo, hi := band(c)
+	in, n := 0, 0
+	for _, b := range res.Buckets {
+		if b.End <= from || b.Probing {
+			continue
+		}
+		n++
+		if b.Limit >= lo && b.Limit <= hi {
+			in++
+		}
+	}
+	return float64(in) / float64(max(n, 1))
+}
+
+// TestCapacitySettles starts an adaptive gate ten times too low and ten
+// times too high before each service of capacities, at twice the load it
+// can serve, over two seeds and shapes of service time that vary with
+// them: from settleBy[C] on (15s for C = 200 from ten times too high,
+// whose first windows last a second each, the queue of 2,000 draining),
+// the limit is within one request of C, or 10%, at least 60% of the time,
+// and on average within half a request more (it sits at C+1 to C+2 at
+// C = 20, the edge); requests let in are served with a p99 within twice
+// the unloaded one, and, from C = 20, at least 90% of the capacity.
+//
+// Not met below C = 20: at C = 2, a gate with no wait at about C
+// requests loses a quarter of the capacity to places left empty between
+// one request's end and the next one's arrival (Erlang's loss), whatever
+// the controller does; at C = 6 it loses 6%, and the probes, at half the
+// limit for 200 requests, cost a second or two of half the throughput
+// (55-96% in the runs of docs/CAPACITY.md). Not met at C = 200 either,
+// where the first baseline, gathered from windows of 50 to 100 requests
+// of 100ms, can read a few percent low: the limit then sits at 0.85-0.95 C
+// until a second probe, and this test holds it within 15% of C, 40% of
+// the time in [0.9 C, 1.1 C], and to 80% of the capacity.
+func TestCapacitySettles(t *testing.T) {
+	for _, cc := range capacities {
+		for seed := range runs(cc.C) {
+			for i, init := range []int{max(cc.C/10, 1), 10 * cc.C} {
+				dist := sim.Dists[(int(seed)*2+i+cc.C)%len(sim.Dists)]
+				r := capRun{c: cc.C, dist: dist, initial: init, load: 2, d: 20 * time.Second, seed: seed + uint64(i)*10}
+				name := fmt.Sprintf("C=%d %v from %d seed %d", cc.C, dist, init, seed)
+				res, ctrl := r.run(t)
+				by := settleBy[cc.C]
+				if cc.C == 200 && init > cc.C {
+					by = 15 * time.Second
+				}
+				share := inBand(res, by, cc.C)
+				s := res.Summarize(by, r.d)
+				svc := sim.Service{Servers: cc.C, Mean: meanOf(cc.C), Dist: dist}
+				p99 := float64(s.P99) / float64(svc.Unloaded(0.99, 100000, 1))
+				goodput := s.Throughput / (float64(cc.C) / meanOf(cc.C).Seconds())
+				lo, hi := band(cc.C)
+				mean := meanLimit(res, by)
+				least, slack := 0.6, 0.5
+				if cc.C == 200 {
+					least, slack = 0.4, 0.05*float64(cc.C)
+				}
+				if share < least || mean < float64(lo)-slack || mean > float64(hi)+slack {
+					t.Errorf("%s: from %v on, the limit was in [%d, %d] %.0f%% of the time, %.1f on average; history %+v", name, by, lo, hi, 100*share, mean, ctrl.Stats().History)
+				}
+				want := 0.0
+				if cc.C >= 20 {
+					want = 0.9
+				}
+				if cc.C == 200 {
+					want = 0.8
+				}
+				if p99 > 2 || goodput < want {
+					t.Errorf("%s: from %v on, admitted p99 %.2fx the unloaded p99, goodput %.0f%%", name, by, p99, 100*goodput)
+				}
+			}
+		}
+	}
+}
+
+// TestCapacityLightLoad runs each service at 0.7 times its capacity,
+// the gate starting at C and ten times C: from 5s on the adaptive gate
+// refuses under 0.5% of requests; over the whole run, with its start-up,
+// under 0.5% from C = 20, 1.5% at C = 6, 5% at C = 2, where a gate at C
+// refuses 29% (Erlang's loss) until the controller has seen a window of
+// 50 requests, 0.7s there.
+func TestCapacityLightLoad(t *testing.T) {
+	for _, cc := range capacities {
+		for seed := range runs(cc.C) {
+			for i, init := range []int{cc.C, 10 * cc.C} {
+				dist := sim.Dists[(int(seed)*2+i+cc.C)%len(sim.Dists)]
+				r := capRun{c: cc.C, dist: dist, initial: init, load: 0.7, d: 15 * time.Second, seed: seed}
+				res, ctrl := r.run(t)
+				whole, late := res.Summarize(0, r.d), res.Summarize(5*time.Second, r.d)
+				share := func(s sim.Summary) float64 { return float64(s.Refused) / float64(max(s.Arrived, 1)) }
+				want := 0.005
+				switch {
+				case cc.C <= 2:
+					want = 0.05
+				case cc.C <= 6:
+					want = 0.015
+				}
+				if share(late) >= 0.005 || share(whole) >= want {
+					t.Errorf("C=%d %v from %d seed %d: refused %.2f%% of requests, %.2f%% from 5s on; history %+v", cc.C, dist, init, seed, 100*share(whole), 100*share(late), ctrl.Stats().History)
+				}
+			}
+		}
+	}
+}
+
+// TestCapacityClimb starts the gate at 1 before the slow service of
+// capacity 6 at twice its load: the limit reaches 5 within 5s.
+func TestCapacityClimb(t *testing.T) {
+	for seed := range uint64(3) {
+		r := capRun{c: 6, dist: sim.Dists[seed], initial: 1, load: 2, d: 8 * time.Second, seed: seed}
+		res, ctrl := r.run(t)
+		at := time.Duration(-1)
+		for _, b := range res.Buckets {
+			if b.Limit >= 5 && !b.Probing {
+				at = b.End
+				break
+			}
+		}
+		if at < 0 || at > 5*time.Second {
+			t.Errorf("seed %d: the limit reached 5 after %v, want within 5s; history %+v", seed, at, ctrl.Stats().History)
+		}
+	}
+}
+
+// TestCapacityHalves halves each service's workers after 10s: from
+// 10s + halveBy[C] on, the limit is within one request (or 10%) of the
+// new capacity at least 60% of the time, and on average within half a
+// request more.
+func TestCapacityHalves(t *testing.T) {
+	for _, cc := range capacities[1:] {
+		for seed := range runs(cc.C) {
+			dist := sim.Dists[(int(seed)+cc.C)%len(sim.Dists)]
+			r := capRun{c: cc.C, dist: dist, initial: cc.C, load: 2, d: 20 * time.Second, seed: seed,
+				changes: []sim.Change{{At: 10 * time.Second, Servers: cc.C / 2}}}
+			res, ctrl := r.run(t)
+			from := 10*time.Second + halveBy[cc.C]
+			lo, hi := band(cc.C / 2)
+			share, mean := inBand(res, from, cc.C/2), meanLimit(res, from)
+			if share < 0.6 || mean < float64(lo)-0.5 || mean > float64(hi)+0.5 {
+				t.Errorf("C=%d %v seed %d, halved at 10s: from %v on, the limit was in [%d, %d] %.0f%% of the time, %.1f on average; history %+v", cc.C, dist, seed, from, lo, hi, 100*share, mean, ctrl.Stats().History)
+			}
+		}
+	}
+}
+
+// halveBy is the time within which the limit follows a halving of the
+// capacity, from the halving.
+var halveBy = map[int]time.Duration{6: 5 * time.Second, 20: 3 * time.Second, 50: 3 * time.Second, 200: 5 * time.Second}
+
+// TestCapacityVegas runs Vegas from a limit of 5 before the service of
+// capacity 50 with lognormal service times, over seeds: its baseline
+// holds 200 requests at least, so that its estimate of the requests
+// queued is sure to about one, and the limit settles between C+Alpha-1
+// and C+Beta+2.
+func TestCapacityVegas(t *testing.T) {
+	for seed := range uint64(4) {
+		r := capRun{law: adaptive.Vegas{}, c: 50, dist: sim.Lognormal, initial: 5, load: 2, d: 10 * time.Second, seed: seed}
+		res, ctrl := r.run(t)
+		if mean := meanLimit(res, 5*time.Second); mean < 51 || mean > 56 {
+			t.Errorf("seed %d: Vegas settled at %.1f, want within [51, 56]; baseline %v; history %+v", seed, mean, ctrl.Stats().Baseline, ctrl.Stats().History)
+		}
+	}
+}
+
+// TestCapacityAIMD runs AIMD from ten times too low and too high before
+// the service of capacity 20, which fails requests that wait more than
+// a mean service time for a worker: the limit settles where failures
+// start, within [C, 2C], and under 2% of admitted requests fail. Before
+// a service that only slows down, AIMD, which reads failures, not
+// latency, keeps raising the limit (as its documentation says).
+func TestCapacityAIMD(t *testing.T) {
+	for _, init := range []int{2, 200} {
+		r := capRun{law: adaptive.AIMD{}, c: 20, initial: init, load: 2, d: 12 * time.Second, seed: 1, timeout: meanOf(20)}
+		res, ctrl := r.run(t)
+		failed, admitted := 0, 0
+		for _, q := range res.Requests {
+			if q.Arrive >= 5*time.Second && q.Admitted {
+				admitted++
+				if q.Failed {
+					failed++
+				}
+			}
+		}
+		if mean := meanLimit(res, 5*time.Second); mean < 20 || mean > 40 || float64(failed) > 0.02*float64(admitted) {
+			t.Errorf("from %d: AIMD settled at %.1f, %d of %d admitted failed; history %+v", init, mean, failed, admitted, ctrl.Stats().History)
+		}
+	}
+	r := capRun{law: adaptive.AIMD{}, c: 20, initial: 20, load: 2, d: 10 * time.Second, seed: 1}
+	_, ctrl := r.run(t)
+	if got := ctrl.Limit(); got < 40 {
+		t.Errorf("AIMD before a service without failures: limit %d after 10s, want it still rising, past 40", got)
+	}
+}
+
+// meanLimit returns the mean limit of res's steps from from on, not
+// counting baseline probes.
+func meanLimit(res *sim.Result, from time.Duration) float64 {
+	sum, n := 0, 0
+	for _, b := range res.Buckets {
+		if b.End > from && !b.Probing {
+			sum += b.Limit
+			n++
+		}
+	}
+	return float64(sum) / float64(max(n, 1))
+}

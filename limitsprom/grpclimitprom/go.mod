@@ -1,0 +1,42 @@
+module github.com/limitsgo/limits/limitsprom/grpclimitprom
+
+go 1.26.0
+
+// Modules of this repository: required at the repository's version
+// (VERSION), built from the working tree here.
+require (
+	github.com/limitsgo/limits v0.1.0
+	github.com/limitsgo/limits/grpclimit v0.1.0
+	github.com/limitsgo/limits/limitsprom v0.1.0
+	github.com/limitsgo/limits/limitsprom/internal/grpcseries v0.1.0
+	github.com/limitsgo/limits/limitsprom/internal/series v0.1.0 // indirect
+)
+
+replace (
+	github.com/limitsgo/limits => ../..
+	github.com/limitsgo/limits/grpclimit => ../../grpclimit
+	github.com/limitsgo/limits/limitsprom => ..
+	github.com/limitsgo/limits/limitsprom/internal/grpcseries => ../internal/grpcseries
+	github.com/limitsgo/limits/limitsprom/internal/series => ../internal/series
+)
+
+require (
+	github.com/prometheus/client_golang v1.25.0
+	github.com/prometheus/common v0.72.0
+	go.uber.org/goleak v1.3.0
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
+)

@@ -1,0 +1,69 @@
+module github.com/limitsgo/limits/limitsprom/internal/crosscheck
+
+go 1.26.0
+
+// Modules of this repository: required at the repository's version
+// (VERSION), built from the working tree here.
+require (
+	github.com/limitsgo/limits v0.1.0
+	github.com/limitsgo/limits/grpclimit v0.1.0
+	github.com/limitsgo/limits/limitsprom v0.1.0
+	github.com/limitsgo/limits/limitsprom/grpclimitprom v0.1.0
+	github.com/limitsgo/limits/limitsprom/internal/grpcseries v0.1.0 // indirect
+	github.com/limitsgo/limits/limitsprom/internal/otelexport v0.1.0 // indirect
+	github.com/limitsgo/limits/limitsprom/internal/redisseries v0.1.0 // indirect
+	github.com/limitsgo/limits/limitsprom/internal/series v0.1.0 // indirect
+	github.com/limitsgo/limits/limitsprom/limitsotel v0.1.0
+	github.com/limitsgo/limits/limitsprom/limitsotel/grpclimitotel v0.1.0
+	github.com/limitsgo/limits/limitsprom/limitsotel/redislimitotel v0.1.0
+	github.com/limitsgo/limits/limitsprom/redislimitprom v0.1.0
+	github.com/limitsgo/limits/redislimit v0.1.0
+)
+
+replace (
+	github.com/limitsgo/limits => ../../..
+	github.com/limitsgo/limits/grpclimit => ../../../grpclimit
+	github.com/limitsgo/limits/limitsprom => ../..
+	github.com/limitsgo/limits/limitsprom/grpclimitprom => ../../grpclimitprom
+	github.com/limitsgo/limits/limitsprom/internal/grpcseries => ../grpcseries
+	github.com/limitsgo/limits/limitsprom/internal/otelexport => ../otelexport
+	github.com/limitsgo/limits/limitsprom/internal/redisseries => ../redisseries
+	github.com/limitsgo/limits/limitsprom/internal/series => ../series
+	github.com/limitsgo/limits/limitsprom/limitsotel => ../../limitsotel
+	github.com/limitsgo/limits/limitsprom/limitsotel/grpclimitotel => ../../limitsotel/grpclimitotel
+	github.com/limitsgo/limits/limitsprom/limitsotel/redislimitotel => ../../limitsotel/redislimitotel
+	github.com/limitsgo/limits/limitsprom/redislimitprom => ../../redislimitprom
+	github.com/limitsgo/limits/redislimit => ../../../redislimit
+)
+
+require (
+	github.com/prometheus/client_golang v1.25.0
+	github.com/prometheus/client_model v0.6.3
+	github.com/redis/go-redis/v9 v9.23.0
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/metric v1.47.0
+	go.opentelemetry.io/otel/sdk/metric v1.47.0
+	go.uber.org/goleak v1.3.0
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
+)

@@ -1,0 +1,41 @@
+module github.com/limitsgo/limits/limitsprom/limitsotel/redislimitotel
+
+go 1.26.0
+
+// Modules of this repository: required at the repository's version
+// (VERSION), built from the working tree here.
+require (
+	github.com/limitsgo/limits v0.1.0
+	github.com/limitsgo/limits/limitsprom/internal/otelexport v0.1.0
+	github.com/limitsgo/limits/limitsprom/internal/redisseries v0.1.0
+	github.com/limitsgo/limits/limitsprom/internal/series v0.1.0 // indirect
+	github.com/limitsgo/limits/redislimit v0.1.0
+)
+
+replace (
+	github.com/limitsgo/limits => ../../..
+	github.com/limitsgo/limits/limitsprom/internal/otelexport => ../../internal/otelexport
+	github.com/limitsgo/limits/limitsprom/internal/redisseries => ../../internal/redisseries
+	github.com/limitsgo/limits/limitsprom/internal/series => ../../internal/series
+	github.com/limitsgo/limits/redislimit => ../../../redislimit
+)
+
+require (
+	github.com/redis/go-redis/v9 v9.23.0
+	go.opentelemetry.io/otel/metric v1.47.0
+	go.opentelemetry.io/otel/sdk/metric v1.47.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel v1.47.0 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
