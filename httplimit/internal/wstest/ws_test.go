@@ -1,3 +1,7 @@
+// Package wstest tests httplimit with real WebSocket servers and clients
+// over loopback, with github.com/coder/websocket and
+// github.com/gorilla/websocket: a module of its own, with tests alone, so
+// that no released module's graph holds a WebSocket library.
 package wstest
 
 import (
