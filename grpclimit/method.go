@@ -68,7 +68,8 @@ const OtherMethods = "other"
 // Config, all or nothing: a refusal by any of them gives back what every
 // earlier layer charged, Config's included. name is a full method name
 // ("/package.Service/Method"), or a service ("package.Service") whose
-// methods all take its policies, before a method's own if it has some.
+// methods all take its policies, before a method's own if it has some;
+// with Config.LimitMessages, a stream's messages take them too.
 // The policies share the Interceptor's gate, client identity, per-client
 // counts, failure policy and counters; their refusals are answered as
 // Config's are, with the policy's name in the details. Stats (and the
