@@ -206,3 +206,31 @@ func TestMethodErrors(t *testing.T) {
 		t.Errorf("%d names counted after refused registrations, want the one registered and others", n)
 	}
 }
+
+// TestMethodMessages checks that with LimitMessages a stream's messages
+// take its method's policies: a chat limited to 3 an hour (the stream's
+// opening and two more messages) refuses the fourth message by its
+// policy, under a service limit it does not reach.
+func TestMethodMessages(t *testing.T) {
+	hour := time.Hour
+	it := mustNew(t, Config{Rate: limits.Limit{Events: 100, Period: hour}, LimitMessages: true})
+	if err := it.Method(methodChat, Policy{Name: "chat", Rate: limits.Limit{Events: 3, Period: hour}}); err != nil {
+		t.Fatal(err)
+	}
+	conn := newServer(t, it, &echo{}).dial("192.0.2.1:1")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs, err := openChat(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := chatOnce(cs, "hi"); err != nil {
+			t.Fatalf("message %d: %v", i+1, err)
+		}
+	}
+	_, err = chatOnce(cs, "hi")
+	if got := describe(err, cs.Trailer()); got.reason != ReasonRateLimited || got.policy != "chat" {
+		t.Errorf("the fourth message: %v, want rate_limited by chat", got)
+	}
+}
