@@ -25,8 +25,9 @@ import (
 //
 // Entering and leaving are a compare-and-swap and an atomic add on the
 // count inside when nobody waits; a place freed while callers wait goes to
-// the one that has waited longest, under a lock. The count inside never
-// exceeds the maximum, and the counters are exact.
+// the one that has waited longest among those whose class may take it,
+// under a lock. The count inside never exceeds the maximum, and the
+// counters are exact.
 //
 // Callers come in classes (Priority): TryEnter and Enter are for
 // PriorityDefault, TryEnterPriority and EnterPriority for any class. With
@@ -53,10 +54,13 @@ type Gate struct {
 	// that sees it at 0 after freeing a place has no one to hand it to.
 	nwait atomic.Int64
 
-	mu      sync.Mutex
-	waiters []*gateWaiter // first come, first served; guarded by mu
-	// queued is len(waiters), written under mu, for Stats: nwait may
-	// count a caller that has not joined the queue, and will not.
+	mu sync.Mutex
+	// waiters holds the waiting callers of each class, first come first;
+	// guarded by mu, as is seq, the number of the next to come.
+	waiters [numClasses][]*gateWaiter
+	seq     uint64
+	// queued is the number of waiters, written under mu, for Stats: nwait
+	// may count a caller that has not joined the queue, and will not.
 	queued atomic.Int64
 
 	// AdaptWait's state. Times are nanoseconds on the gate's own clock,
@@ -100,6 +104,7 @@ type gateWaiter struct {
 	granted chan bool
 	start   int64    // when it began to wait, on the gate's clock
 	class   Priority // the caller's
+	seq     uint64   // its order of arrival among the waiters
 }
 
 // Priority is the class of a caller at a Gate: with WithReserve, a gate
@@ -385,15 +390,16 @@ func (g *Gate) EnterPriority(ctx context.Context, wait time.Duration, p Priority
 	if !adapt {
 		now = g.now()
 	}
-	if (adapt && g.judgeLocked(now)) || (len(g.waiters) >= int(g.max.Load()) && !g.evictLocked(c, now)) {
+	if (adapt && g.judgeLocked(now)) || (g.queued.Load() >= g.max.Load() && !g.evictLocked(c, now)) {
 		g.nwait.Add(-1)
 		g.mu.Unlock()
 		g.shed[c].Add(1)
 		return Permit{}, false
 	}
-	w := &gateWaiter{granted: make(chan bool, 1), start: now, class: p}
-	g.waiters = append(g.waiters, w)
-	g.queued.Store(int64(len(g.waiters)))
+	w := &gateWaiter{granted: make(chan bool, 1), start: now, class: p, seq: g.seq}
+	g.seq++
+	g.waiters[c] = append(g.waiters[c], w)
+	g.queued.Add(1)
 	g.mu.Unlock()
 
 	timer := time.NewTimer(wait)
@@ -413,10 +419,10 @@ func (g *Gate) EnterPriority(ctx context.Context, wait time.Duration, p Priority
 	end := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for i, o := range g.waiters {
+	for i, o := range g.waiters[c] {
 		if o == w {
-			g.waiters = slices.Delete(g.waiters, i, i+1)
-			g.queued.Store(int64(len(g.waiters)))
+			g.waiters[c] = slices.Delete(g.waiters[c], i, i+1)
+			g.queued.Add(-1)
 			g.nwait.Add(-1)
 			g.waitedFor(w, end)
 			g.timedOut.Add(1)
@@ -442,23 +448,20 @@ func (g *Gate) EnterPriority(ctx context.Context, wait time.Duration, p Priority
 // refuses the waiter of the lowest class below c that came last, if there
 // is one, and reports whether it did. g.mu is held.
 func (g *Gate) evictLocked(c int, now int64) bool {
-	at := -1
-	for i := len(g.waiters) - 1; i >= 0; i-- {
-		if k := g.waiters[i].class.class(); k < c && (at < 0 || k < g.waiters[at].class.class()) {
-			at = i
+	for k := range c {
+		if n := len(g.waiters[k]); n > 0 {
+			w := g.waiters[k][n-1]
+			g.waiters[k][n-1] = nil
+			g.waiters[k] = g.waiters[k][:n-1]
+			g.queued.Add(-1)
+			g.nwait.Add(-1)
+			g.waitedFor(w, now)
+			g.shed[k].Add(1)
+			w.granted <- false
+			return true
 		}
 	}
-	if at < 0 {
-		return false
-	}
-	w := g.waiters[at]
-	g.waiters = slices.Delete(g.waiters, at, at+1)
-	g.queued.Store(int64(len(g.waiters)))
-	g.nwait.Add(-1)
-	g.waitedFor(w, now)
-	g.shed[w.class.class()].Add(1)
-	w.granted <- false
-	return true
+	return false
 }
 
 // waitedFor counts a wait that began at w.start and ended at end.
@@ -536,20 +539,27 @@ func (g *Gate) release() {
 }
 
 // grant hands free places to the callers waiting longest whose class may
-// take them. g.mu is held.
+// take them: the first of each class is the longest waiting of its class,
+// so this costs a few loads per class and place. g.mu is held.
 func (g *Gate) grant() {
-	for i := 0; i < len(g.waiters) && g.inside.Load() < g.lim[numClasses-1].Load(); {
-		w := g.waiters[i]
+	for {
+		best := -1
+		n := g.inside.Load()
+		for c := range g.waiters {
+			if len(g.waiters[c]) > 0 && n < g.lim[c].Load() && (best < 0 || g.waiters[c][0].seq < g.waiters[best][0].seq) {
+				best = c
+			}
+		}
+		if best < 0 {
+			return
+		}
+		w := g.waiters[best][0]
 		if !g.acquire(w.class, false) {
-			i++
-			continue
+			continue // a caller took the place meanwhile: look again
 		}
-		if i == 0 {
-			g.waiters = g.waiters[1:]
-		} else {
-			g.waiters = slices.Delete(g.waiters, i, i+1)
-		}
-		g.queued.Store(int64(len(g.waiters)))
+		g.waiters[best][0] = nil
+		g.waiters[best] = g.waiters[best][1:]
+		g.queued.Add(-1)
 		g.nwait.Add(-1)
 		if w.start >= g.judge.since {
 			g.judge.waited++

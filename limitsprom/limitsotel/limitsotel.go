@@ -15,8 +15,10 @@
 // Each metric of limitsprom is an instrument named with dots and without
 // the unit suffixes: limits_http_requests_total is the counter
 // limits.http.requests, of unit {request}; limits_gate_in_flight the gauge
-// limits.gate.in_flight. Counters are Int64ObservableCounters and gauges
-// Int64ObservableGauges; every observation carries the attribute
+// limits.gate.in_flight. Counters are Int64ObservableCounters, but for
+// the seconds of limits_gate_wait_seconds_total, the Float64ObservableCounter
+// limits.gate.wait of unit s; gauges are Int64ObservableGauges. Every
+// observation carries the attribute
 // name=<name>, and the labels of the Prometheus series as attributes of
 // the same names and values.
 //
