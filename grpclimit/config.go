@@ -56,6 +56,26 @@ type Config struct {
 	// baseline latency, again while that shows it too high. It needs
 	// MaxInFlight; the zero adaptive.Config is usable.
 	Adaptive *adaptive.Config
+	// Gate, if set, is a gate made elsewhere (limits.NewGate) that the
+	// Interceptor shares, in place of a gate of its own: with the same
+	// Gate given to an httplimit.Middleware, and used directly by code
+	// such as a job runner, the process has one capacity whatever the
+	// protocol. It excludes MaxInFlight, QueueAdapt and Adaptive, which
+	// configure a gate of the Interceptor's own; QueueWait and Timeout
+	// still apply to its calls. Stats reports the gate's counters with
+	// SharedGate set, and the metrics packages leave them to the gate's
+	// own collector, registered once.
+	Gate *limits.Gate
+	// Controller, if set, is the adaptive.Controller that moves the
+	// maximum of a shared gate (its Gate(), which Gate may leave unset):
+	// the Interceptor reports to it the latency and outcome of the calls
+	// it admits, as with Adaptive.
+	Controller *adaptive.Controller
+	// Priority, if set, returns the class at the gate of a call of the
+	// method named, as httplimit.Config.Priority does for a request (see
+	// MetadataPriority, for a criticality that trusted callers send); nil
+	// puts every call in limits.PriorityDefault.
+	Priority func(ctx context.Context, fullMethod string) limits.Priority
 	// Timeout, if positive, is a deadline for each unary call, from when
 	// the gate lets it in (from its arrival, without a gate): it bounds the
 	// rate layers' limiter calls (each also by LimiterTimeout) and the
@@ -319,4 +339,30 @@ func (c *Config) LoadEnv(prefix string, lookup func(string) (string, bool)) erro
 	e.Choice(EnvOnLimiterError, []string{"fail_closed", "fail_open"}, func(i int) { c.OnLimiterError = ErrorPolicy(i) })
 	e.String(EnvPolicyName, &c.PolicyName)
 	return e.Err
+}
+
+// MetadataPriority returns a Config.Priority function that reads a call's
+// class from the first value of the named incoming metadata key, such as
+// "x-criticality", in any case: "critical" (or "critical_plus", after
+// Google SRE's criticality levels) is limits.PriorityCritical, "sheddable"
+// (or "sheddable_plus") limits.PrioritySheddable, and anything else, or no
+// value, limits.PriorityDefault. A client can send any metadata: read the
+// class only from callers trusted to set it (services of one's own,
+// behind a proxy that strips the key from outside calls), or a client
+// may take the places kept for critical calls.
+func MetadataPriority(name string) func(ctx context.Context, fullMethod string) limits.Priority {
+	name = strings.ToLower(name)
+	return func(ctx context.Context, _ string) limits.Priority {
+		v := metadata.ValueFromIncomingContext(ctx, name)
+		if len(v) == 0 {
+			return limits.PriorityDefault
+		}
+		switch strings.ToLower(v[0]) {
+		case "critical", "critical_plus":
+			return limits.PriorityCritical
+		case "sheddable", "sheddable_plus":
+			return limits.PrioritySheddable
+		}
+		return limits.PriorityDefault
+	}
 }

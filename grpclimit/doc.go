@@ -14,6 +14,12 @@
 //	}
 //	srv := grpc.NewServer(l.ServerOptions()...)
 //
+// Interceptor.Method adds rate policies of a method or a service, after
+// Config's, all or nothing, as httplimit.Middleware.With does for a
+// route. Config.Gate shares one gate (and Config.Controller its adaptive
+// controller) with an httplimit.Middleware and with code that calls the
+// gate directly: one capacity for the process, whatever the protocol.
+//
 // # Refusals
 //
 // A refused call never reaches its handler. Its client gets a status

@@ -3,6 +3,7 @@ package grpclimit_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"net"
 	"time"
 
@@ -175,4 +176,25 @@ func ExampleReleaseCapacity() {
 	hello(conn) // the one place in the gate is free while the stream is open
 	// Output:
 	// hello, gopher
+}
+
+// ExampleInterceptor_Method limits a login method to 2 calls a minute per
+// client under a service-wide 10: the logins refused by their policy are
+// given back to the service-wide bucket.
+func ExampleInterceptor_Method() {
+	l, err := grpclimit.New(grpclimit.Config{Rate: limits.Limit{Events: 10, Period: time.Minute}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := l.Method("/shop.Auth/Login", grpclimit.Policy{Name: "login", Rate: limits.Limit{Events: 2, Period: time.Minute}}); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(l.Method("/shop.Auth/Login"))
+	for _, p := range l.Stats().Policies {
+		fmt.Println(p.Name)
+	}
+	// Output:
+	// grpclimit: Method "/shop.Auth/Login": registered before
+	// default
+	// login
 }

@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -221,9 +222,14 @@ func openChat(ctx context.Context, conn *grpc.ClientConn, md ...string) (grpc.Cl
 	return conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, methodChat)
 }
 
-// chatOnce sends in on cs and returns the message that comes back.
+// chatOnce sends in on cs and returns the message that comes back. A
+// stream the server has ended (refused, say) fails SendMsg with io.EOF:
+// its status is then RecvMsg's error, returned instead.
 func chatOnce(cs grpc.ClientStream, in string) (string, error) {
 	if err := cs.SendMsg(wrapperspb.String(in)); err != nil {
+		if err == io.EOF {
+			err = cs.RecvMsg(new(wrapperspb.StringValue))
+		}
 		return "", err
 	}
 	var out wrapperspb.StringValue

@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -68,6 +71,7 @@ const (
 type Interceptor struct {
 	exempt    func(string) bool
 	capacity  *front.Capacity // nil: no gate
+	priority  func(context.Context, string) limits.Priority
 	timeout   time.Duration
 	busyRetry time.Duration
 
@@ -75,13 +79,19 @@ type Interceptor struct {
 	forwarded string // the forwarding metadata key, lower case
 
 	rates    []*rateLayer
-	calls    *front.Slots // unary calls in progress per client
-	streams  *front.Slots // streams open per client
+	hasAddr  bool          // rates starts with an address bucket
+	limTime  time.Duration // the bound on each limiter call
+	calls    *front.Slots  // unary calls in progress per client
+	streams  *front.Slots  // streams open per client
 	messages bool
 
 	logger *slog.Logger
 	n      front.Counters
 	admit  front.Admission
+
+	mu     sync.Mutex             // held by Method
+	routes atomic.Pointer[routes] // nil until Method is called
+	other  front.Counters         // the calls of names Method did not register
 
 	// busy holds the refusals that depend on nothing but their reason.
 	busy map[string]refusal
@@ -133,14 +143,25 @@ type Stats struct {
 	// ConcurrencyTableFull counts calls and streams refused because too
 	// many clients had some in progress.
 	ConcurrencyTableFull uint64 `json:"concurrency_table_full"`
-	// Gate holds the gate's counters, if Config.MaxInFlight is set.
+	// Gate holds the gate's counters, if Config.MaxInFlight or
+	// Config.Gate is set.
 	Gate *limits.GateStats `json:"gate,omitempty"`
+	// SharedGate says the gate is a shared one (Config.Gate or
+	// Config.Controller): Gate and Adaptive are then the counters of the
+	// whole gate, which other front ends and direct callers use too, not
+	// of this Interceptor's calls, which the other fields count.
+	SharedGate bool `json:"shared_gate,omitempty"`
 	// Adaptive holds the adaptive limit's state and recent history, if
 	// Config.Adaptive is set.
 	Adaptive *adaptive.Stats `json:"adaptive,omitempty"`
 	// Policies holds the counts of each rate policy, in the order they
-	// apply.
+	// apply: Config's, then those of Method, in the order registered.
 	Policies []PolicyStats `json:"policies,omitempty"`
+	// Methods holds the counts of the calls of each name registered with
+	// Method, in the order registered, then of all others (OtherMethods);
+	// nil if Method was never called. Its LimiterError counts refusals
+	// only, not the failures FailOpen served.
+	Methods []MethodStats `json:"methods,omitempty"`
 }
 
 // PolicyStats counts the outcomes of one rate policy, calls and messages
@@ -163,7 +184,9 @@ type PolicyStats struct {
 	// Keys is the number of clients the policy's local limiter holds, and
 	// MaxKeys the most it may (Config.MaxKeys): a table near full is a
 	// limit set too low, or an attack. Both are 0 for a policy decided
-	// elsewhere alone.
+	// elsewhere alone, and for one that shares the table of a policy
+	// before it (KeylessPolicy shares the caller key's), so that a sum
+	// counts each table once.
 	Keys    int `json:"keys"`
 	MaxKeys int `json:"max_keys"`
 }
@@ -174,27 +197,13 @@ type PolicyStats struct {
 // CallerKey or LimitMessages with no limit to apply. The error names the
 // field at fault, and with several such values always the same one.
 func New(cfg Config) (*Interceptor, error) {
-	err := front.CheckNonNegative(
-		front.Field{Name: "MaxInFlight", Value: int64(cfg.MaxInFlight)},
-		front.Field{Name: "QueueWait", Value: int64(cfg.QueueWait)},
-		front.Field{Name: "Timeout", Value: int64(cfg.Timeout)},
-		front.Field{Name: "BusyRetryAfter", Value: int64(cfg.BusyRetryAfter)},
-		front.Field{Name: "Burst", Value: int64(cfg.Burst)},
-		front.Field{Name: "MaxKeys", Value: int64(cfg.MaxKeys)},
-		front.Field{Name: "LimiterTimeout", Value: int64(cfg.LimiterTimeout)},
-		front.Field{Name: "AddressMultiplier", Value: int64(cfg.AddressMultiplier)},
-		front.Field{Name: "MaxInFlightPerClient", Value: int64(cfg.MaxInFlightPerClient)},
-		front.Field{Name: "MaxStreamsPerClient", Value: int64(cfg.MaxStreamsPerClient)},
-	)
-	if err != nil {
-		return nil, fmt.Errorf("grpclimit: %w", err)
-	}
 	it := &Interceptor{
 		exempt:    cfg.Exempt,
 		timeout:   cfg.Timeout,
 		busyRetry: cfg.BusyRetryAfter,
 		messages:  cfg.LimitMessages,
 		logger:    cfg.Logger,
+		priority:  cfg.Priority,
 	}
 	if it.exempt == nil {
 		it.exempt = DefaultExempt
@@ -202,21 +211,6 @@ func New(cfg Config) (*Interceptor, error) {
 	if it.busyRetry == 0 {
 		it.busyRetry = time.Second
 	}
-	it.forwarded = strings.ToLower(cfg.ForwardedHeader)
-	switch it.forwarded {
-	case "":
-		it.forwarded = "x-forwarded-for"
-	case "x-forwarded-for", "forwarded", "x-real-ip":
-	default:
-		return nil, fmt.Errorf("grpclimit: ForwardedHeader must be x-forwarded-for, forwarded or x-real-ip, got %q", cfg.ForwardedHeader)
-	}
-	if it.id, err = front.NewIdentity(cfg.TrustedProxies, cfg.IPv4Prefix, cfg.IPv6Prefix, it.forwarded == "forwarded"); err != nil {
-		return nil, fmt.Errorf("grpclimit: %w", err)
-	}
-	if cfg.OnLimiterError > FailOpen {
-		return nil, fmt.Errorf("grpclimit: OnLimiterError must be FailClosed or FailOpen, got %d", cfg.OnLimiterError)
-	}
-
 	var key func(call) string
 	if cfg.CallerKey != nil {
 		key = func(c call) string { return cfg.CallerKey(c.ctx) }
@@ -225,37 +219,32 @@ func New(cfg Config) (*Interceptor, error) {
 	if cfg.Cost != nil {
 		cost = func(c call) int { return cfg.Cost(c.ctx, c.method) }
 	}
-	it.rates, err = front.Layers(front.RateConfig{
-		PolicyName:        cfg.PolicyName,
-		Rate:              cfg.Rate,
-		Burst:             cfg.Burst,
-		MaxKeys:           cfg.MaxKeys,
-		Limiter:           cfg.Limiter,
-		LimiterTimeout:    front.LimiterBound(cfg.LimiterTimeout, cfg.Timeout),
-		CallerKeyed:       cfg.CallerKey != nil,
-		AddressMultiplier: cfg.AddressMultiplier,
-		CallerLimiter:     cfg.CallerLimiter,
-	}, key, cost)
-	if err != nil {
+	it.forwarded = strings.ToLower(cfg.ForwardedHeader)
+	b, err := front.Setup(front.Common{
+		MaxInFlight: cfg.MaxInFlight, QueueWait: cfg.QueueWait, QueueAdapt: cfg.QueueAdapt, Adaptive: cfg.Adaptive,
+		Gate: cfg.Gate, Controller: cfg.Controller, Timeout: cfg.Timeout, BusyRetryAfter: cfg.BusyRetryAfter,
+		Rate: cfg.Rate, Burst: cfg.Burst, MaxKeys: cfg.MaxKeys, Limiter: cfg.Limiter, LimiterTimeout: cfg.LimiterTimeout,
+		CallerKeyed: cfg.CallerKey != nil, AddressMultiplier: cfg.AddressMultiplier, CallerLimiter: cfg.CallerLimiter,
+		TrustedProxies: cfg.TrustedProxies, Forwarded: it.forwarded == "forwarded", IPv4Prefix: cfg.IPv4Prefix, IPv6Prefix: cfg.IPv6Prefix,
+		MaxInFlightPerClient: cfg.MaxInFlightPerClient, PolicyName: cfg.PolicyName,
+	}, key, cost, front.Field{Name: "MaxStreamsPerClient", Value: int64(cfg.MaxStreamsPerClient)})
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("grpclimit: %w", err)
-	}
-	if cfg.LimitMessages && len(it.rates) == 0 {
+	case it.forwarded != "" && !slices.Contains(forwardedKeys, it.forwarded):
+		return nil, fmt.Errorf("grpclimit: ForwardedHeader must be x-forwarded-for, forwarded or x-real-ip, got %q", cfg.ForwardedHeader)
+	case cfg.OnLimiterError > FailOpen:
+		return nil, fmt.Errorf("grpclimit: OnLimiterError must be FailClosed or FailOpen, got %d", cfg.OnLimiterError)
+	case cfg.LimitMessages && len(b.Rates) == 0:
 		return nil, errors.New("grpclimit: LimitMessages needs Rate or Limiter")
 	}
-
+	if it.forwarded == "" {
+		it.forwarded = forwardedKeys[0]
+	}
+	it.id, it.capacity, it.calls, it.rates, it.hasAddr, it.limTime = b.Identity, b.Capacity, b.Slots, b.Rates, b.HasAddr, b.LimiterTimeout
 	it.admit = front.Admission{FailOpen: cfg.OnLimiterError == FailOpen, Counts: &it.n.Rates, OnError: it.logLimiter}
-
-	if it.capacity, err = front.NewCapacity(front.CapacityConfig{
-		Max: cfg.MaxInFlight, Wait: cfg.QueueWait, Adapt: cfg.QueueAdapt, Adaptive: cfg.Adaptive,
-	}); err != nil {
-		return nil, fmt.Errorf("grpclimit: %w", err)
-	}
-	maxKeys := front.Or(cfg.MaxKeys, DefaultMaxKeys)
-	if cfg.MaxInFlightPerClient > 0 {
-		it.calls = front.NewSlots(cfg.MaxInFlightPerClient, maxKeys)
-	}
 	if cfg.MaxStreamsPerClient > 0 {
-		it.streams = front.NewSlots(cfg.MaxStreamsPerClient, maxKeys)
+		it.streams = front.NewSlots(cfg.MaxStreamsPerClient, front.Or(cfg.MaxKeys, DefaultMaxKeys))
 	}
 	it.busy = make(map[string]refusal)
 	for _, r := range []string{ReasonServerBusy, ReasonRequestTimeout, ReasonConcurrencyLimited, ReasonConcurrencyTableFull} {
@@ -291,17 +280,21 @@ func (it *Interceptor) Stats() Stats {
 		ConcurrencyTableFull: t.ConcurrencyTableFull,
 	}
 	s.Gate, s.Adaptive = it.capacity.Stats()
-	for _, p := range front.PolicyTotalsOf(it.rates) {
+	s.SharedGate = it.capacity != nil && it.capacity.Shared
+	for _, p := range front.PolicyTotalsOf(it.policies()) {
 		s.Policies = append(s.Policies, PolicyStats(p))
 	}
+	s.Methods = it.methodStats()
 	return s
 }
 
 // ClientKey returns the key of the address bucket of the call of ctx, a
 // handler's context: "a:" and the client's address prefix, such as
 // "a:192.0.2.7/32" or "a:2001:db8:1:2::/64" (the address a trusted proxy
-// forwarded; "a:invalid" if it cannot be parsed). Use it to log a client,
-// to charge a limiter of one's own by client, or to Reset it.
+// forwarded, or the nearest trusted hop where a forwarded entry is no
+// address; "a:invalid" if the peer's own address cannot be parsed). Use
+// it to log a client, to charge a limiter of one's own by client, or to
+// Reset it.
 //
 // The keys limiters see: "a:"+prefix for the address bucket; "c:" and 32
 // hex digits of the SHA-256 of the caller key for the caller key's
@@ -317,10 +310,34 @@ func (it *Interceptor) ClientKey(ctx context.Context) string {
 // to unblock an address by hand, say, with the key ClientKey gives. It
 // returns the first error of a limiter that failed, after trying them all.
 func (it *Interceptor) Reset(ctx context.Context, key string) error {
-	if err := front.Reset(ctx, it.rates, key); err != nil {
+	if err := front.Reset(ctx, it.policies(), key); err != nil {
 		return fmt.Errorf("grpclimit: %w", err)
 	}
 	return nil
+}
+
+// policies returns the layers of every policy: Config's, then Method's.
+func (it *Interceptor) policies() []*rateLayer {
+	rs := it.routes.Load()
+	if rs == nil {
+		return it.rates
+	}
+	out := append([]*rateLayer(nil), it.rates...)
+	for _, r := range rs.order {
+		out = append(out, r.own...)
+	}
+	return out
+}
+
+// admitCall applies Config's rate layers to a call, then those of its
+// route rt, if any, all or nothing, under ctx, appending what they charge
+// to buf.
+func (it *Interceptor) admitCall(ctx context.Context, c call, addr string, rt *route, buf []front.Charge) ([]front.Charge, *front.Refusal) {
+	charges, ref := front.Admit(ctx, &it.admit, c, addr, it.rates, buf)
+	if ref != nil || rt == nil || len(rt.layers) == 0 {
+		return charges, ref
+	}
+	return front.Admit(ctx, &it.admit, c, addr, rt.layers, charges)
 }
 
 // hold is what a call holds until its handler returns: its place in the
@@ -382,9 +399,14 @@ func (it *Interceptor) clientKey(ctx context.Context) string {
 	return it.id.Key(p.Addr.String(), fwd)
 }
 
-// enter takes a place in the gate for the call of ctx, into h.
-func (it *Interceptor) enter(ctx context.Context, h *front.Held) bool {
-	ok := it.capacity.Enter(ctx, h)
+// enter takes a place in the gate for the call of ctx, of method, into h,
+// in the class Config.Priority gives it.
+func (it *Interceptor) enter(ctx context.Context, method string, h *front.Held) bool {
+	p := limits.PriorityDefault
+	if it.priority != nil {
+		p = it.priority(ctx, method)
+	}
+	ok := it.capacity.Enter(ctx, h, p)
 	if !ok {
 		it.n.ServerBusy.Add(1)
 	}
@@ -417,6 +439,16 @@ func outcome(ctx context.Context, err error) adaptive.Outcome {
 	return adaptive.Success
 }
 
+// count counts an outcome of a call of route rt ("" for allowed,
+// "exempt", or a refusal's reason) in the Interceptor's counters and, once
+// Method has been called, in those of its route.
+func (it *Interceptor) count(rt *route, outcome string) {
+	it.n.Count(outcome)
+	if n := it.counters(rt); n != nil {
+		n.Count(outcome)
+	}
+}
+
 // acquire counts the client addr in slots, or counts and returns the
 // refusal's reason.
 func (it *Interceptor) acquire(slots *front.Slots, addr string) string {
@@ -435,8 +467,9 @@ func (it *Interceptor) acquire(slots *front.Slots, addr string) string {
 // handler only for calls every layer allows, and returns a refusal's
 // status error otherwise.
 func (it *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	rt := it.route(info.FullMethod)
 	if it.exempt(info.FullMethod) {
-		it.n.Exempt.Add(1)
+		it.count(rt, "exempt")
 		return handler(ctx, req)
 	}
 	var q *hold // what the call holds, if any layer makes it hold anything
@@ -454,7 +487,7 @@ func (it *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 		ctx = q
 	}
 	tr := unaryTrailer{ctx}
-	if it.capacity != nil && !it.enter(ctx, &q.held) {
+	if it.capacity != nil && !it.enter(ctx, info.FullMethod, &q.held) {
 		return nil, it.refuse(ctx, tr, info.FullMethod, "", it.busy[ReasonServerBusy])
 	}
 	// The deadline bounds the whole call from its admission: the rate
@@ -466,11 +499,11 @@ func (it *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 		defer cancel()
 	}
 	addr := ""
-	if len(it.rates) > 0 || it.calls != nil {
+	if len(it.rates) > 0 || it.calls != nil || rt != nil && len(rt.layers) > 0 {
 		addr = it.clientKey(ctx)
 	}
 	var buf [3]front.Charge
-	charges, ref := front.Admit(dctx, &it.admit, call{ctx, info.FullMethod}, addr, it.rates, buf[:0])
+	charges, ref := it.admitCall(dctx, call{ctx, info.FullMethod}, addr, rt, buf[:0])
 	if ref != nil {
 		return nil, it.refuseRate(ctx, tr, info.FullMethod, ref)
 	}
@@ -488,7 +521,7 @@ func (it *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 		}
 		q.slots, q.client = it.calls, addr
 	}
-	it.n.Allowed.Add(1)
+	it.count(rt, "")
 	if it.timeout > 0 {
 		handedOff = true
 		return it.unaryWithTimeout(q, dctx, req, info, handler)

@@ -124,8 +124,9 @@ type unaryTrailer struct{ ctx context.Context }
 func (t unaryTrailer) SetTrailer(md metadata.MD) { grpc.SetTrailer(t.ctx, md) }
 
 // refuse sends r's trailer, logs the refusal and returns its error. It
-// counts nothing.
+// counts the refusal in its method's counters only (see countMethod).
 func (it *Interceptor) refuse(ctx context.Context, tr trailerSetter, method, key string, r refusal) error {
+	it.countMethod(method, r.reason)
 	if r.trailer != nil {
 		tr.SetTrailer(r.trailer)
 	}
@@ -136,6 +137,7 @@ func (it *Interceptor) refuse(ctx context.Context, tr trailerSetter, method, key
 // refuseRate refuses a call or message for a rate layer's refusal.
 func (it *Interceptor) refuseRate(ctx context.Context, tr trailerSetter, method string, ref *front.Refusal) error {
 	r := it.newRefusal(ref.Reason, ref.Rate, ref.Dec)
+	it.countMethod(method, r.reason)
 	if r.trailer != nil {
 		tr.SetTrailer(r.trailer)
 	}
@@ -157,4 +159,14 @@ func ReasonOf(err error) string {
 		}
 	}
 	return ""
+}
+
+// countMethod counts a refusal of a call of method, once Method has been
+// called, in the counters of its route; the Interceptor's own counters
+// are counted where the refusal is decided.
+func (it *Interceptor) countMethod(method, reason string) {
+	if it.routes.Load() == nil {
+		return
+	}
+	it.counters(it.route(method)).Count(reason)
 }

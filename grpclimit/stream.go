@@ -27,8 +27,9 @@ import (
 // ends: return, panic, or the client cancelling. With LimitMessages, each
 // message after the first is charged to the client's buckets.
 func (it *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	rt := it.route(info.FullMethod)
 	if it.exempt(info.FullMethod) {
-		it.n.Exempt.Add(1)
+		it.count(rt, "exempt")
 		return handler(srv, ss)
 	}
 	ctx := ss.Context()
@@ -37,7 +38,7 @@ func (it *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	// capacity; one established gives its place back with Success.
 	result := adaptive.Ignored
 	defer func() { s.q.release(result) }()
-	if it.capacity != nil && !it.enter(ctx, &s.q.held) {
+	if it.capacity != nil && !it.enter(ctx, info.FullMethod, &s.q.held) {
 		return it.refuse(ctx, ss, info.FullMethod, "", it.busy[ReasonServerBusy])
 	}
 	if it.capacity != nil && it.timeout > 0 {
@@ -45,12 +46,13 @@ func (it *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 		t := time.AfterFunc(it.timeout, func() { s.q.held.Leave(adaptive.Dropped) })
 		defer t.Stop()
 	}
-	if len(it.rates) > 0 || it.streams != nil {
+	s.rt = rt
+	if len(it.rates) > 0 || it.streams != nil || rt != nil && len(rt.layers) > 0 {
 		s.addr = it.clientKey(ctx)
 	}
 	s.call = call{ctx, info.FullMethod}
 	var buf [3]front.Charge
-	charges, ref := front.Admit(ctx, &it.admit, s.call, s.addr, it.rates, buf[:0])
+	charges, ref := it.admitCall(ctx, s.call, s.addr, rt, buf[:0])
 	if ref != nil {
 		return it.refuseRate(ctx, ss, info.FullMethod, ref)
 	}
@@ -61,8 +63,8 @@ func (it *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 		}
 		s.q.slots, s.q.client = it.streams, s.addr
 	}
-	it.n.Allowed.Add(1)
-	if it.capacity == nil && !(it.messages && len(it.rates) > 0) {
+	it.count(rt, "")
+	if it.capacity == nil && !(it.messages && s.limited()) {
 		return handler(srv, ss) // nothing to watch for
 	}
 	err := handler(srv, s)
@@ -81,6 +83,7 @@ type stream struct {
 	q    hold // what the stream holds; the handler's context
 	call call
 	addr string // the client address key
+	rt   *route // the call's route, if any
 	// received says the stream's first message has been received. Only
 	// RecvMsg uses it, which gRPC never calls concurrently.
 	received bool
@@ -118,12 +121,17 @@ func (s *stream) RecvMsg(m any) error {
 		return nil
 	}
 	it := s.it
-	if !it.messages || len(it.rates) == 0 {
+	if !it.messages || !s.limited() {
 		return nil
 	}
 	var buf [3]front.Charge
-	if _, ref := front.Admit(s.q.Context, &it.admit, s.call, s.addr, it.rates, buf[:0]); ref != nil {
+	if _, ref := it.admitCall(s.q.Context, s.call, s.addr, s.rt, buf[:0]); ref != nil {
 		return it.refuseRate(s.q.Context, s.ServerStream, s.call.method, ref)
 	}
 	return nil
+}
+
+// limited reports whether the stream's messages have rate layers to pass.
+func (s *stream) limited() bool {
+	return len(s.it.rates) > 0 || s.rt != nil && len(s.rt.layers) > 0
 }

@@ -22,7 +22,8 @@ type Config struct {
 	Exempt func(*http.Request) bool
 
 	// MaxInFlight caps the requests being served at once in the process,
-	// with a limits.Gate; 0 sets no cap. A request that finds the gate full
+	// with a limits.Gate of the Middleware's own; 0 sets no cap (see Gate
+	// for a gate shared with other front ends). A request that finds the gate full
 	// is refused with 503 and reason server_busy. With Adaptive, it is the
 	// ceiling of the adaptive limit.
 	MaxInFlight int
@@ -43,14 +44,44 @@ type Config struct {
 	// admits, measured from their admission until the handler returns or
 	// calls ReleaseCapacity. A request refused by a later layer does not
 	// count; with Timeout, one past its deadline, or answered 503 or 504
-	// by the handler, counts as a sign of overload (adaptive.Dropped);
-	// without Timeout the handler's status is not seen. A request whose
+	// by the handler (with or without Timeout: the handler's writer sees
+	// its status), counts as a sign of overload (adaptive.Dropped); a
+	// request whose connection the handler hijacks counts as served at
+	// the hijack. A request whose
 	// client left, or that panicked, does not count. The limit starts from
 	// Adaptive.Initial, or the ceiling, and unless Adaptive.ProbeEvery < 0
 	// is halved at once to measure the baseline latency, again while that
 	// shows it too high. It needs MaxInFlight; the zero adaptive.Config is
 	// usable.
 	Adaptive *adaptive.Config
+	// Gate, if set, is a gate made elsewhere (limits.NewGate) that the
+	// Middleware shares, in place of a gate of its own: with the same Gate
+	// given to a grpclimit.Interceptor, and used directly by code such as
+	// a WebSocket hub or a job runner, the process has one capacity
+	// whatever the protocol. It excludes MaxInFlight, QueueAdapt and
+	// Adaptive, which configure a gate of the Middleware's own (call
+	// AdaptWait on the shared gate itself); QueueWait and Timeout still
+	// apply to the Middleware's requests. Stats reports the gate's
+	// counters with SharedGate set, and the metrics packages leave them to
+	// the gate's own collector, registered once.
+	Gate *limits.Gate
+	// Controller, if set, is the adaptive.Controller that moves the
+	// maximum of a shared gate (its Gate(), which Gate may leave unset):
+	// the Middleware reports to it the latency and outcome of the
+	// requests it admits, as with Adaptive, along with every other user
+	// of the gate.
+	Controller *adaptive.Controller
+	// Priority, if set, returns a request's class at the gate, such as
+	// limits.PriorityCritical for a reconnect or a health-critical call and
+	// limits.PrioritySheddable for a prefetch; nil, or a gate without
+	// reserves, puts every request in limits.PriorityDefault. The places a
+	// gate keeps for the classes above a request's (limits.WithReserve, on
+	// a gate made with limits.NewGate and given as Gate) are not its to
+	// take: under a flood of sheddable requests, critical ones still get
+	// in. Read the class from what the caller cannot choose (the route,
+	// an authenticated identity), or a client may promote itself. The
+	// gate counts each class's admissions and refusals (Stats.Gate).
+	Priority func(*http.Request) limits.Priority
 	// Timeout, if positive, is a deadline for each request, from when the
 	// gate lets it in (from its arrival, without a gate): it bounds the
 	// rate layers' limiter calls (each also by LimiterTimeout) and the

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -149,4 +151,34 @@ func ExampleMiddleware_Reset() {
 	// / 429 "default";r=0;t=3600 3600
 	// key: a:198.51.100.7/32
 	// / 200 "default";r=0;t=3600
+}
+
+// ExampleMiddleware_ClientKey shows whose bucket a request is charged to
+// behind a trusted proxy: the client the proxy forwarded; the proxy
+// itself where its forwarded entry is no address, as it answers for what
+// it wrote; and a:invalid only for a peer whose own address cannot be
+// parsed.
+func ExampleMiddleware_ClientKey() {
+	m, err := httplimit.New(httplimit.Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, tc := range []struct{ peer, forwarded string }{
+		{"10.0.0.1:4711", "203.0.113.9"},
+		{"10.0.0.1:4711", "garbage"},
+		{"10.0.0.1:4711", "garbage, 10.0.0.2"},
+		{"pipe", ""},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = tc.peer
+		if tc.forwarded != "" {
+			r.Header.Set("X-Forwarded-For", tc.forwarded)
+		}
+		fmt.Println(m.ClientKey(r))
+	}
+	// Output:
+	// a:203.0.113.9/32
+	// a:10.0.0.1/32
+	// a:10.0.0.2/32
+	// a:invalid
 }

@@ -3,12 +3,21 @@ package httplimit
 import (
 	"net/http"
 	"strings"
+	"unsafe"
 )
 
 // clientKey returns the key of the client's address bucket: "a:" and its
 // prefix, or "a:invalid" for requests whose address cannot be parsed.
 func (c *core) clientKey(r *http.Request) string {
 	return c.id.Key(r.RemoteAddr, func() []string { return r.Header.Values(c.forwarded) })
+}
+
+// clientKeyIn is clientKey, with the key's bytes kept in q, which holds
+// the request's state already: it costs no allocation of its own. The
+// bytes are written once, here, and never again, as a string's must be.
+func (c *core) clientKeyIn(r *http.Request, q *request) string {
+	b := c.id.AppendKey(q.key[:0], r.RemoteAddr, func() []string { return r.Header.Values(c.forwarded) })
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // CookieKey returns a CallerKey function that reads the named cookie; a

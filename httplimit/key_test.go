@@ -200,3 +200,29 @@ func TestSeconds(t *testing.T) {
 func (c *core) clientIP(r *http.Request) netip.Prefix {
 	return c.id.ClientOf(front.ParseHost(r.RemoteAddr), func() []string { return r.Header.Values(c.forwarded) })
 }
+
+// TestPolicyKeysCountedOnce checks that the keys of a table two policies
+// share (the caller key's policy and keyless, which requests without a
+// caller key take instead) are reported once: the keys gauges of a
+// Middleware add up to the keys its tables hold.
+func TestPolicyKeysCountedOnce(t *testing.T) {
+	m := mustNew(t, Config{Rate: limits.Limit{Events: 10, Period: time.Hour}, CallerKey: HeaderKey("X-Key")})
+	h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	const clients = 1000
+	for i := range clients {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}).String() + ":1"
+		h.ServeHTTP(httptest.NewRecorder(), r) // no caller key: the keyless bucket
+	}
+	keys := map[string]int{}
+	sum := 0
+	for _, p := range m.Stats().Policies {
+		keys[p.Name] = p.Keys
+		sum += p.Keys
+	}
+	// The address table holds 1,000 keys, the caller keys' table, shared
+	// with keyless, 1,000 more.
+	if sum != 2*clients || keys["address"] != clients {
+		t.Errorf("keys by policy %v, summing to %d: want %d, a shared table counted once", keys, sum, 2*clients)
+	}
+}

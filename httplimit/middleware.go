@@ -74,6 +74,7 @@ type Middleware struct {
 type core struct {
 	exempt    func(*http.Request) bool
 	capacity  *front.Capacity // nil: no gate
+	priority  func(*http.Request) limits.Priority
 	timeout   time.Duration
 	busyRetry time.Duration
 	limTime   time.Duration // bound on each limiter call
@@ -141,8 +142,14 @@ type Stats struct {
 	// ConcurrencyTableFull counts requests refused because too many
 	// clients had requests in progress.
 	ConcurrencyTableFull uint64 `json:"concurrency_table_full"`
-	// Gate holds the gate's counters, if Config.MaxInFlight is set.
+	// Gate holds the gate's counters, if Config.MaxInFlight or
+	// Config.Gate is set.
 	Gate *limits.GateStats `json:"gate,omitempty"`
+	// SharedGate says the gate is a shared one (Config.Gate or
+	// Config.Controller): Gate and Adaptive are then the counters of the
+	// whole gate, which other front ends and direct callers use too, not
+	// of this Middleware's requests, which the other fields count.
+	SharedGate bool `json:"shared_gate,omitempty"`
 	// Adaptive holds the adaptive limit's state and recent history, if
 	// Config.Adaptive is set.
 	Adaptive *adaptive.Stats `json:"adaptive,omitempty"`
@@ -170,7 +177,9 @@ type PolicyStats struct {
 	// Keys is the number of clients the policy's local limiter holds, and
 	// MaxKeys the most it may (Config.MaxKeys): a table near full is a
 	// limit set too low, or an attack. Both are 0 for a policy decided
-	// elsewhere alone.
+	// elsewhere alone, and for one that shares the table of a policy
+	// before it (KeylessPolicy shares the caller key's), so that a sum
+	// counts each table once.
 	Keys    int `json:"keys"`
 	MaxKeys int `json:"max_keys"`
 }
@@ -203,22 +212,13 @@ type Denial struct {
 func New(cfg Config) (*Middleware, error) {
 	c := &core{
 		exempt:         cfg.Exempt,
+		priority:       cfg.Priority,
 		timeout:        cfg.Timeout,
-		busyRetry:      cfg.BusyRetryAfter,
 		onError:        cfg.OnLimiterError,
 		inflightStatus: front.Or(cfg.InFlightStatus, http.StatusTooManyRequests),
 		headers:        cfg.Headers,
 		deny:           cfg.Deny,
 		logger:         cfg.Logger,
-	}
-	if err := front.CheckNonNegative(
-		front.Field{Name: "MaxInFlight", Value: int64(cfg.MaxInFlight)}, front.Field{Name: "QueueWait", Value: int64(cfg.QueueWait)},
-		front.Field{Name: "Timeout", Value: int64(cfg.Timeout)}, front.Field{Name: "BusyRetryAfter", Value: int64(cfg.BusyRetryAfter)},
-		front.Field{Name: "Burst", Value: int64(cfg.Burst)}, front.Field{Name: "MaxKeys", Value: int64(cfg.MaxKeys)},
-		front.Field{Name: "LimiterTimeout", Value: int64(cfg.LimiterTimeout)}, front.Field{Name: "AddressMultiplier", Value: int64(cfg.AddressMultiplier)},
-		front.Field{Name: "MaxInFlightPerClient", Value: int64(cfg.MaxInFlightPerClient)},
-	); err != nil {
-		return nil, fmt.Errorf("httplimit: %w", err)
 	}
 	c.forwarded = http.CanonicalHeaderKey(cfg.ForwardedHeader)
 	switch c.forwarded {
@@ -228,44 +228,33 @@ func New(cfg Config) (*Middleware, error) {
 	default:
 		return nil, fmt.Errorf("httplimit: ForwardedHeader must be X-Forwarded-For, Forwarded or X-Real-IP, got %q", cfg.ForwardedHeader)
 	}
-	var err error
-	if c.id, err = front.NewIdentity(cfg.TrustedProxies, cfg.IPv4Prefix, cfg.IPv6Prefix, c.forwarded == "Forwarded"); err != nil {
-		return nil, fmt.Errorf("httplimit: %w", err)
-	}
-	if c.inflightStatus < 400 || c.inflightStatus > 599 {
+	switch {
+	case c.inflightStatus < 400 || c.inflightStatus > 599:
 		return nil, fmt.Errorf("httplimit: InFlightStatus must be a 4xx or 5xx status, got %d", cfg.InFlightStatus)
-	}
-	if c.onError > FailOpen {
+	case c.onError > FailOpen:
 		return nil, fmt.Errorf("httplimit: OnLimiterError must be FailClosed or FailOpen, got %d", cfg.OnLimiterError)
-	}
-	if c.headers > HeadersNone {
+	case c.headers > HeadersNone:
 		return nil, fmt.Errorf("httplimit: Headers must be one of the Headers* modes, got %d", cfg.Headers)
 	}
-	c.busyRetry = ceilSecond(c.busyRetry)
-	if c.busyRetry == 0 {
-		c.busyRetry = time.Second
-	}
-	c.limTime = front.LimiterBound(cfg.LimiterTimeout, cfg.Timeout)
-	c.admit = front.Admission{FailOpen: c.onError == FailOpen, Counts: &c.n.Rates, OnError: c.logLimiter}
-	if c.capacity, err = front.NewCapacity(front.CapacityConfig{
-		Max: cfg.MaxInFlight, Wait: cfg.QueueWait, Adapt: cfg.QueueAdapt, Adaptive: cfg.Adaptive,
-	}); err != nil {
-		return nil, fmt.Errorf("httplimit: %w", err)
-	}
-	if cfg.MaxInFlightPerClient > 0 {
-		c.slots = front.NewSlots(cfg.MaxInFlightPerClient, front.Or(cfg.MaxKeys, DefaultMaxKeys))
-	}
-	rates, err := front.Layers(front.RateConfig{
-		PolicyName: cfg.PolicyName, Rate: cfg.Rate, Burst: cfg.Burst, MaxKeys: cfg.MaxKeys,
-		Limiter: cfg.Limiter, LimiterTimeout: c.limTime,
+	b, err := front.Setup(front.Common{
+		MaxInFlight: cfg.MaxInFlight, QueueWait: cfg.QueueWait, QueueAdapt: cfg.QueueAdapt, Adaptive: cfg.Adaptive,
+		Gate: cfg.Gate, Controller: cfg.Controller, Timeout: cfg.Timeout, BusyRetryAfter: cfg.BusyRetryAfter,
+		Rate: cfg.Rate, Burst: cfg.Burst, MaxKeys: cfg.MaxKeys, Limiter: cfg.Limiter, LimiterTimeout: cfg.LimiterTimeout,
 		CallerKeyed: cfg.CallerKey != nil, AddressMultiplier: cfg.AddressMultiplier, CallerLimiter: cfg.CallerLimiter,
+		TrustedProxies: cfg.TrustedProxies, Forwarded: c.forwarded == "Forwarded", IPv4Prefix: cfg.IPv4Prefix, IPv6Prefix: cfg.IPv6Prefix,
+		MaxInFlightPerClient: cfg.MaxInFlightPerClient, PolicyName: cfg.PolicyName,
 	}, cfg.CallerKey, cfg.Cost)
 	if err != nil {
 		return nil, fmt.Errorf("httplimit: %w", err)
 	}
-	c.hasAddr = len(rates) > 0 && rates[0].Kind == front.ByAddress
-	c.policies = rates
-	return &Middleware{c: c, rates: rates}, nil
+	c.busyRetry = ceilSecond(cfg.BusyRetryAfter)
+	if c.busyRetry == 0 {
+		c.busyRetry = time.Second
+	}
+	c.id, c.capacity, c.slots, c.limTime, c.hasAddr = b.Identity, b.Capacity, b.Slots, b.LimiterTimeout, b.HasAddr
+	c.admit = front.Admission{FailOpen: c.onError == FailOpen, Counts: &c.n.Rates, OnError: c.logLimiter}
+	c.policies = b.Rates
+	return &Middleware{c: c, rates: b.Rates}, nil
 }
 
 // DefaultMaxKeys is the number of clients a local limiter, and the
@@ -322,6 +311,7 @@ func (m *Middleware) Stats() Stats {
 		ConcurrencyLimited: t.ConcurrencyLimited, ConcurrencyTableFull: t.ConcurrencyTableFull,
 	}
 	s.Gate, s.Adaptive = c.capacity.Stats()
+	s.SharedGate = c.capacity != nil && c.capacity.Shared
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, p := range front.PolicyTotalsOf(c.policies) {
@@ -336,7 +326,10 @@ func (m *Middleware) Stats() Stats {
 type request struct {
 	context.Context
 	c       *core
-	held    front.Held // the request's place in the gate
+	held    front.Held               // the request's place in the gate
+	w       writer                   // the handler's ResponseWriter, with a gate and no Timeout
+	key     [front.KeyBytes]byte     // the bytes of client, when clientKeyIn made it
+	fields  [len(rateHeaders)]string // the rate limit header fields' values
 	slots   *front.Slots
 	client  string         // the address key, counted in slots if slots is set
 	charges []front.Charge // what the rate layers charged, for a route's later refusal
@@ -371,10 +364,15 @@ func (q *request) release(o adaptive.Outcome) {
 
 // ReleaseCapacity gives back the place r holds in the Middleware's gate
 // before its handler returns, so that a long-lived request, such as a
-// WebSocket after its upgrade or a stream, no longer counts against
-// MaxInFlight once its costly part is done. It is idempotent, safe for
-// concurrent use, and does nothing for requests that hold no place. The
-// request's per-client count, if any, is kept until the handler returns.
+// stream, no longer counts against MaxInFlight once its costly part is
+// done. A request whose connection is hijacked (a WebSocket upgrade)
+// needs no call: its place is given back at the hijack, when it goes
+// through the ResponseWriter the Middleware passed (w.(http.Hijacker) or
+// http.ResponseController, as WebSocket libraries do). It is idempotent,
+// safe for concurrent use, and does nothing for requests that hold no
+// place. The request's per-client count, if any, is kept until the
+// handler returns, hijacked or not: MaxInFlightPerClient then caps the
+// sockets a client has open at once.
 func ReleaseCapacity(r *http.Request) {
 	if q, ok := r.Context().Value(requestKey{}).(*request); ok {
 		q.held.Leave(adaptive.Success)
@@ -410,7 +408,7 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		r = r.WithContext(q)
 	}
 
-	if c.capacity != nil && !c.capacity.Enter(r.Context(), &q.held) {
+	if c.capacity != nil && !c.capacity.Enter(r.Context(), &q.held, c.priorityOf(r)) {
 		c.n.ServerBusy.Add(1)
 		c.refuse(w, r, "", Denial{Status: http.StatusServiceUnavailable, Reason: ReasonServerBusy, RetryAfter: c.busyRetry})
 		return
@@ -428,7 +426,11 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if len(m.rates) > 0 || c.slots != nil || nested {
 		// A route's policy keyed by address needs it, even where m has no
 		// rate layer of its own.
-		addr = c.clientKey(r)
+		if q != nil {
+			addr = c.clientKeyIn(r, q)
+		} else {
+			addr = c.clientKey(r)
+		}
 	}
 	if q == nil {
 		// Nothing to hold: the charges live on this goroutine's stack.
@@ -485,15 +487,32 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		q.charges = append(make([]front.Charge, 0, len(charges)+2), charges...)
 	}
 
-	c.setRateHeaders(w.Header(), charges)
+	c.setRateHeaders(w.Header(), charges, q.fields[:0])
 	c.n.Allowed.Add(1)
 	if c.timeout > 0 {
 		handedOff = true
 		c.serveWithTimeout(next, w, r, q)
 		return
 	}
-	next.ServeHTTP(w, r)
-	outcome = adaptive.Success
+	if c.capacity == nil {
+		next.ServeHTTP(w, r)
+		outcome = adaptive.Success
+		return
+	}
+	// The handler writes through q.w, which sees its status and gives the
+	// place back if it hijacks the connection.
+	q.w = writer{ResponseWriter: w, q: q}
+	next.ServeHTTP(&q.w, r)
+	outcome = q.w.outcome()
+}
+
+// priorityOf returns the class of r at the gate: Config.Priority's, or
+// limits.PriorityDefault without one.
+func (c *core) priorityOf(r *http.Request) limits.Priority {
+	if c.priority == nil {
+		return limits.PriorityDefault
+	}
+	return c.priority(r)
 }
 
 // admit applies the rate layers to a request that holds nothing else, and
@@ -502,7 +521,7 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, addr string) 
 	var buf [4]front.Charge
 	charges, ok := m.limit(w, r, addr, m.rates, buf[:0])
 	if ok {
-		m.c.setRateHeaders(w.Header(), charges)
+		m.c.setRateHeaders(w.Header(), charges, nil)
 	}
 	return ok
 }
@@ -523,7 +542,7 @@ func (m *Middleware) serveRoute(next http.Handler, w http.ResponseWriter, r *htt
 		return
 	}
 	q.charges = charges
-	c.setRateHeaders(w.Header(), charges)
+	c.setRateHeaders(w.Header(), charges, nil)
 	next.ServeHTTP(w, r)
 }
 

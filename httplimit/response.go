@@ -84,7 +84,7 @@ type rateItem struct {
 // setRateHeaders sets the rate limit headers of the selected mode for an
 // allowed request, with the decisions of every policy that charged it: t
 // is the time until each bucket is full again.
-func (c *core) setRateHeaders(h http.Header, charges []front.Charge) {
+func (c *core) setRateHeaders(h http.Header, charges []front.Charge, fields []string) {
 	if len(charges) == 0 || c.headers == HeadersNone {
 		return
 	}
@@ -99,7 +99,7 @@ func (c *core) setRateHeaders(h http.Header, charges []front.Charge) {
 	if len(items) == 0 {
 		return
 	}
-	c.writeRateHeaders(h, items)
+	c.writeRateHeaders(h, items, fields)
 }
 
 // rateHeaders are the header fields setRateHeaders may set.
@@ -122,7 +122,7 @@ func (c *core) setRefusalHeaders(h http.Header, item string, d limits.Decision, 
 	if reason == ReasonRateLimited {
 		it.t = d.RetryAfter
 	}
-	c.writeRateHeaders(h, []rateItem{it})
+	c.writeRateHeaders(h, []rateItem{it}, nil)
 }
 
 // writeRateHeaders sets the header fields of the selected mode for items.
@@ -130,8 +130,10 @@ func (c *core) setRefusalHeaders(h http.Header, item string, d limits.Decision, 
 // In the IETF fields, q is the policy's Limit and w its Period in whole
 // seconds (rounded up; at least 1), r the requests left and t the item's
 // t in whole seconds, rounded up. The legacy headers report the item with
-// the fewest requests left.
-func (c *core) writeRateHeaders(h http.Header, items []rateItem) {
+// the fewest requests left. The fields' values are kept in fields'
+// backing array if it has room (the request's own memory), so that only
+// their text is allocated; fields must not be used for anything else.
+func (c *core) writeRateHeaders(h http.Header, items []rateItem, fields []string) {
 	// Every value is built in one buffer and cut from one string.
 	var buf [256]byte
 	b := buf[:0]
@@ -167,7 +169,11 @@ func (c *core) writeRateHeaders(h http.Header, items []rateItem) {
 		}
 	}
 	all := string(b)
-	vals := make([]string, nv)
+	vals := fields[:0:cap(fields)] // the request's memory, if it has some
+	if cap(vals) < nv {
+		vals = make([]string, nv)
+	}
+	vals = vals[:nv]
 	from := 0
 	for i := range nv {
 		vals[i] = all[from:ends[i]]

@@ -2,7 +2,6 @@ package httplimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 
@@ -65,29 +64,16 @@ func (m *Middleware) With(policies ...Policy) (*Middleware, error) {
 	r := &Middleware{c: c, rates: append([]*rateLayer(nil), m.rates...), own: m.own}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	names := map[string]bool{}
-	for _, l := range c.policies {
-		names[l.Name] = true
+	specs := make([]front.PolicySpec[*http.Request], len(policies))
+	for i, p := range policies {
+		specs[i] = front.PolicySpec[*http.Request](p)
 	}
-	for _, p := range policies {
-		switch {
-		case p.Name == "":
-			return nil, errors.New("httplimit: a Policy needs a Name")
-		case names[p.Name]:
-			return nil, fmt.Errorf("httplimit: policy %q: a Middleware already has a policy of that name", p.Name)
-		case p.Burst < 0 || p.MaxKeys < 0:
-			return nil, fmt.Errorf("httplimit: policy %q: Burst and MaxKeys must not be negative", p.Name)
-		case p.Key != nil && !c.hasAddr:
-			return nil, fmt.Errorf("httplimit: policy %q is keyed by the caller and needs an address bucket in front of it (Config.Rate or Config.Limiter)", p.Name)
-		}
-		ls, err := front.PolicyLayers(p.Name, p.Rate, p.Burst, p.MaxKeys, p.Limiter, c.limTime, p.Key, p.Cost)
-		if err != nil {
-			return nil, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
-		}
-		r.rates = append(r.rates, ls...)
-		r.own += len(ls)
-		names[p.Name] = true
+	ls, err := front.Policies(c.policies, c.hasAddr, c.limTime, specs)
+	if err != nil {
+		return nil, fmt.Errorf("httplimit: %w", err)
 	}
+	r.rates = append(r.rates, ls...)
+	r.own += len(ls)
 	c.policies = append(c.policies, r.rates[len(r.rates)-r.own+m.own:]...)
 	c.nested.Store(true)
 	return r, nil
@@ -96,7 +82,9 @@ func (m *Middleware) With(policies ...Policy) (*Middleware, error) {
 // ClientKey returns the key of r's client address, as the address bucket
 // and per-client concurrency see it: "a:" and the client's address prefix,
 // such as "a:192.0.2.7/32" or "a:2001:db8:1:2::/64" (the peer, or the
-// address trusted proxies forwarded; "a:invalid" if it cannot be parsed).
+// address trusted proxies forwarded, or the nearest trusted hop where a
+// forwarded entry is no address; "a:invalid" if the peer's own address
+// cannot be parsed).
 // Use it to log a client or to charge a limiter of one's own by client,
 // such as one counting failed logins.
 //

@@ -277,7 +277,7 @@ func TestWithErrors(t *testing.T) {
 		{m, Policy{Name: "x", Rate: limits.Limit{Events: 0, Period: time.Second}}, `httplimit: policy "x": limits: invalid limit: events must be >= 1, got 0`},
 		{m, Policy{Name: "x", Rate: limits.Limit{Events: 1, Period: time.Second}, Burst: -1}, `httplimit: policy "x": Burst and MaxKeys must not be negative`},
 		{m, Policy{Name: "x", Rate: limits.Limit{Events: 1, Period: time.Second}, Key: HeaderKey("K")}, `httplimit: policy "x" is keyed by the caller and needs an address bucket in front of it (Config.Rate or Config.Limiter)`},
-		{rated, Policy{Name: "default", Rate: limits.Limit{Events: 1, Period: time.Second}}, `httplimit: policy "default": a Middleware already has a policy of that name`},
+		{rated, Policy{Name: "default", Rate: limits.Limit{Events: 1, Period: time.Second}}, `httplimit: policy "default": there already is a policy of that name`},
 		{m, Policy{Name: "café", Rate: limits.Limit{Events: 1, Period: time.Second}}, `httplimit: policy "café": policy name "café" must be printable ASCII`},
 	} {
 		if _, err := tt.m.With(tt.p); err == nil || err.Error() != tt.want {

@@ -154,11 +154,11 @@ limits_http_policy_requests_total{name="api",outcome="rate_limited",policy="defa
 limits_http_policy_requests_total{name="api",outcome="rate_limited",policy="login"} 1
 limits_http_policy_requests_total{name="api",outcome="table_full",policy="default"} 0
 limits_http_policy_requests_total{name="api",outcome="table_full",policy="login"} 0
-# HELP limits_http_policy_keys Keys the local GCRA of the rate policy holds, including expired keys whose place has not been reused yet; 0 for a policy decided by another limiter alone.
+# HELP limits_http_policy_keys Keys the local GCRA of the rate policy holds, including expired keys whose place has not been reused yet; 0 for a policy decided by another limiter alone, or that shares the table of a policy before it (keyless), so that a sum counts each table once.
 # TYPE limits_http_policy_keys gauge
 limits_http_policy_keys{name="api",policy="default"} 3
 limits_http_policy_keys{name="api",policy="login"} 1
-# HELP limits_http_policy_max_keys Most keys the local GCRA of the rate policy holds; 0 for a policy decided by another limiter alone.
+# HELP limits_http_policy_max_keys Most keys the local GCRA of the rate policy holds; 0 for a policy decided by another limiter alone, or that shares the table of a policy before it.
 # TYPE limits_http_policy_max_keys gauge
 limits_http_policy_max_keys{name="api",policy="default"} 1000
 limits_http_policy_max_keys{name="api",policy="login"} 100

@@ -132,3 +132,24 @@ type Counters struct {
 	// Rates counts the refusals and failures of the rate layers, by reason.
 	Rates Counts
 }
+
+// Count counts one outcome of a request: "" for one allowed, "exempt", or
+// the reason of its refusal.
+func (c *Counters) Count(reason string) {
+	switch reason {
+	case "":
+		c.Allowed.Add(1)
+	case "exempt":
+		c.Exempt.Add(1)
+	case ReasonServerBusy:
+		c.ServerBusy.Add(1)
+	case ReasonRequestTimeout:
+		c.RequestTimeout.Add(1)
+	case ReasonConcurrencyLimited:
+		c.ConcurrencyLimited.Add(1)
+	case ReasonConcurrencyTableFull:
+		c.ConcurrencyTableFull.Add(1)
+	default:
+		c.Rates.Add(reason)
+	}
+}

@@ -2,6 +2,7 @@ package front
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,10 @@ type Capacity struct {
 	Ctrl *adaptive.Controller
 	// Wait is how long a request may wait for a place.
 	Wait time.Duration
+	// Shared says the gate was given to the front end, which then shares
+	// it with others: its counters are the gate's own, exported once by
+	// whoever made it, not under each front end that uses it.
+	Shared bool
 }
 
 // CapacityConfig is what a front end's configuration says of its gate.
@@ -32,6 +37,13 @@ type CapacityConfig struct {
 	// Adaptive, if set, configures a controller for the gate. Its Max
 	// must be 0 (meaning Max) or at most Max.
 	Adaptive *adaptive.Config
+	// Gate, if set, is a gate made elsewhere that the front end shares,
+	// in place of one of its own; Ctrl, if set, is the controller that
+	// moves a shared gate's maximum (its Gate, if Gate is nil). Either
+	// excludes Max, Adapt and Adaptive, which configure a gate of the
+	// front end's own.
+	Gate *limits.Gate
+	Ctrl *adaptive.Controller
 }
 
 // NewCapacity returns the Capacity cfg configures, nil if it configures no
@@ -40,6 +52,9 @@ type CapacityConfig struct {
 func NewCapacity(cfg CapacityConfig) (*Capacity, error) {
 	if err := CheckNonNegative(Field{Name: "QueueAdapt", Value: int64(cfg.Adapt)}); err != nil {
 		return nil, err
+	}
+	if cfg.Gate != nil || cfg.Ctrl != nil {
+		return shared(cfg)
 	}
 	if cfg.Max <= 0 {
 		switch {
@@ -76,18 +91,39 @@ func NewCapacity(cfg CapacityConfig) (*Capacity, error) {
 	return c, nil
 }
 
-// Enter lets a request in, waiting at most c.Wait for a place, and reports
-// whether it did; h then holds the place. c may be nil: no gate, and
-// every request is let in.
-func (c *Capacity) Enter(ctx context.Context, h *Held) bool {
+// shared returns the Capacity of a shared gate.
+func shared(cfg CapacityConfig) (*Capacity, error) {
+	g := cfg.Gate
+	switch {
+	case g == nil:
+		g = cfg.Ctrl.Gate()
+	case cfg.Ctrl != nil && cfg.Ctrl.Gate() != g:
+		return nil, errors.New("the Controller moves another gate than Gate: set one of them, or the Gate the Controller was made for")
+	}
+	switch {
+	case cfg.Max != 0:
+		return nil, fmt.Errorf("MaxInFlight makes a gate of the front end's own: leave it 0 with a shared Gate, which has the size it was made with")
+	case cfg.Adaptive != nil:
+		return nil, fmt.Errorf("Adaptive makes a controller of the front end's own: with a shared Gate, set Controller to the gate's controller")
+	case cfg.Adapt > 0:
+		return nil, fmt.Errorf("QueueAdapt configures a gate of the front end's own: call AdaptWait on the shared Gate")
+	}
+	return &Capacity{Gate: g, Ctrl: cfg.Ctrl, Wait: cfg.Wait, Shared: true}, nil
+}
+
+// Enter lets a request of class p in, waiting at most c.Wait for a
+// place, and reports whether it did; h then holds the place. The gate's
+// reserves (limits.WithReserve) keep the places of the classes above p
+// from it. c may be nil: no gate, and every request is let in.
+func (c *Capacity) Enter(ctx context.Context, h *Held, p limits.Priority) bool {
 	if c == nil {
 		return true
 	}
 	var ok bool
 	if c.Wait > 0 {
-		h.permit, ok = c.Gate.Enter(ctx, c.Wait)
+		h.permit, ok = c.Gate.EnterPriority(ctx, c.Wait, p)
 	} else {
-		h.permit, ok = c.Gate.TryEnter()
+		h.permit, ok = c.Gate.TryEnterPriority(p)
 	}
 	if ok && c.Ctrl != nil {
 		h.ctrl, h.start = c.Ctrl, time.Now()

@@ -21,12 +21,19 @@ type Identity struct {
 }
 
 // Key returns the key of a client's address bucket: "a:" and its prefix,
-// or "a:invalid" for a client whose address cannot be parsed. peer is the
+// or "a:invalid" for a peer whose address cannot be parsed (a forwarded
+// entry that cannot be parsed is answered for by the nearest trusted hop;
+// see ClientOf). peer is the
 // connection's remote address, with or without a port; forwarded, read
 // only if the peer is a trusted proxy, the values of the one forwarding
 // header the proxies write, each a comma-separated list of hops.
 func (id *Identity) Key(peer string, forwarded func() []string) string {
 	return id.KeyOf(ParseHost(peer), forwarded)
+}
+
+// AppendKey appends to b the key Key returns (at most KeyBytes bytes).
+func (id *Identity) AppendKey(b []byte, peer string, forwarded func() []string) []byte {
+	return id.AppendKeyOf(b, ParseHost(peer), forwarded)
 }
 
 // Trusted reports whether a is inside one of the trusted proxy prefixes.

@@ -49,9 +49,13 @@ type PolicyTotals struct {
 // PolicyTotalsOf returns the counts of layers' policies, in order, one
 // entry per policy name: a policy keyed by the caller has a second layer
 // of its name for requests without a key, and both add up in one entry.
+// A local limiter's keys are reported under the first policy that uses
+// it only: the keyless policy shares the caller key policy's table, and
+// reporting it twice would count its keys twice in a sum.
 func PolicyTotalsOf[R any](layers []*Layer[R]) []PolicyTotals {
 	var out []PolicyTotals
 	at := map[string]int{}
+	tables := map[*limits.GCRA]bool{}
 	for _, l := range layers {
 		i, ok := at[l.Name]
 		if !ok {
@@ -66,7 +70,8 @@ func PolicyTotalsOf[R any](layers []*Layer[R]) []PolicyTotals {
 		p.CostAboveBurst += n.CostAboveBurst.Load()
 		p.InvalidCost += n.InvalidCost.Load()
 		p.LimiterError += n.LimiterError.Load()
-		if g := l.localGCRA(); g != nil && !ok {
+		if g := l.localGCRA(); g != nil && !tables[g] {
+			tables[g] = true
 			p.Keys, p.MaxKeys = g.Len(), g.MaxKeys()
 		}
 	}

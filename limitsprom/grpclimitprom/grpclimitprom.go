@@ -21,10 +21,13 @@
 //	limits_grpc_policy_requests_total{policy, outcome}  counter
 //	limits_grpc_policy_keys{policy}                     gauge    keys the policy's local GCRA holds
 //	limits_grpc_policy_max_keys{policy}                 gauge    most keys it may hold
+//	limits_grpc_method_requests_total{method, outcome}  counter  by the names registered with Interceptor.Method, "other" for the rest
 //
 // and, for an Interceptor configured with MaxInFlight, the limits_gate_*
 // metrics of its gate under the Interceptor's name (so a gate, or a
-// middleware with a gate, cannot share that name). A stream counts as one
+// middleware with a gate, cannot share that name). A gate shared through
+// Config.Gate is not exported here: register it once, under a name of its
+// own, with limitsprom.Register. A stream counts as one
 // call, when it opens; with Config.LimitMessages, the rate layer's
 // outcomes and the policies' also count the stream messages charged or
 // refused.

@@ -175,7 +175,7 @@ func (s *rpcSite) traffic(t *testing.T) {
 // The expected exposition of the Interceptor after traffic. The address
 // policy holds the 3 addresses whose calls passed the gate; the caller
 // keys' policy and the keyless one share a table, of 2 caller keys and 1
-// address without a key, which both report.
+// address without a key, which the caller keys' policy reports alone.
 const wantGRPC = `
 # HELP limits_grpc_requests_total gRPC calls by outcome, with the layer that decided it: allowed (layer all), exempt, or the reason of a refusal. request_timeout also counts as allowed, and so does limiter_error when the policy lets calls through; the rate layer's refusals include stream messages when messages are limited.
 # TYPE limits_grpc_requests_total counter
@@ -210,16 +210,16 @@ limits_grpc_policy_requests_total{name="rpc",outcome="rate_limited",policy="keyl
 limits_grpc_policy_requests_total{name="rpc",outcome="table_full",policy="address"} 0
 limits_grpc_policy_requests_total{name="rpc",outcome="table_full",policy="default"} 0
 limits_grpc_policy_requests_total{name="rpc",outcome="table_full",policy="keyless"} 0
-# HELP limits_grpc_policy_keys Keys the local GCRA of the rate policy holds, including expired keys whose place has not been reused yet; 0 for a policy decided by another limiter alone.
+# HELP limits_grpc_policy_keys Keys the local GCRA of the rate policy holds, including expired keys whose place has not been reused yet; 0 for a policy decided by another limiter alone, or that shares the table of a policy before it (keyless), so that a sum counts each table once.
 # TYPE limits_grpc_policy_keys gauge
 limits_grpc_policy_keys{name="rpc",policy="address"} 3
 limits_grpc_policy_keys{name="rpc",policy="default"} 3
-limits_grpc_policy_keys{name="rpc",policy="keyless"} 3
-# HELP limits_grpc_policy_max_keys Most keys the local GCRA of the rate policy holds; 0 for a policy decided by another limiter alone.
+limits_grpc_policy_keys{name="rpc",policy="keyless"} 0
+# HELP limits_grpc_policy_max_keys Most keys the local GCRA of the rate policy holds; 0 for a policy decided by another limiter alone, or that shares the table of a policy before it.
 # TYPE limits_grpc_policy_max_keys gauge
 limits_grpc_policy_max_keys{name="rpc",policy="address"} 1000
 limits_grpc_policy_max_keys{name="rpc",policy="default"} 1000
-limits_grpc_policy_max_keys{name="rpc",policy="keyless"} 1000
+limits_grpc_policy_max_keys{name="rpc",policy="keyless"} 0
 # HELP limits_gate_admitted_total Requests the gate let in.
 # TYPE limits_gate_admitted_total counter
 limits_gate_admitted_total{name="rpc"} 7
@@ -292,6 +292,107 @@ func TestSharedSeries(t *testing.T) {
 			if n, err := testutil.GatherAndCount(reg, "limits_"+sub+"_"+metric); err != nil || n != want {
 				t.Errorf("limits_%s_%s: %d series, %v; want %d", sub, metric, n, err, want)
 			}
+		}
+	}
+	promtest.Lint(t, reg)
+}
+
+// TestSharedGateOnce registers a gate shared by an Interceptor and a
+// Middleware, and both front ends: the gate's series are exported once,
+// under the gate's own name, so that a sum over them counts its requests
+// once; each front end still exports its own outcomes.
+func TestSharedGateOnce(t *testing.T) {
+	g, err := limits.NewGate(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, err := grpclimit.New(grpclimit.Config{Gate: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := httplimit.New(httplimit.Config{Gate: g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := limitsprom.Register(reg, "process", g); err != nil {
+		t.Fatal(err)
+	}
+	if err := grpclimitprom.Register(reg, "rpc", it); err != nil {
+		t.Fatal(err)
+	}
+	if err := limitsprom.Register(reg, "api", m); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "limits_gate_capacity"); err != nil || n != 1 {
+		t.Errorf("%d series of the shared gate's capacity, %v; want 1", n, err)
+	}
+	for _, sub := range []string{"http", "grpc"} {
+		if n, err := testutil.GatherAndCount(reg, "limits_"+sub+"_requests_total"); err != nil || n != 11 {
+			t.Errorf("limits_%s_requests_total: %d series, %v; want 11", sub, n, err)
+		}
+	}
+	promtest.Lint(t, reg)
+}
+
+// TestMethodRequests checks limits_grpc_method_requests_total: series
+// for the names registered with Method and one for the others, however
+// many methods the clients call, with the refusals of a method's policy
+// under its name.
+func TestMethodRequests(t *testing.T) {
+	it, err := grpclimit.New(grpclimit.Config{Rate: limits.Limit{Events: 100, Period: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := it.Method("/test.Echo/Say", grpclimit.Policy{Name: "say", Rate: limits.Limit{Events: 1, Period: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := grpclimitprom.Register(reg, "rpc", it); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "limits_grpc_method_requests_total"); err != nil || n != 2*11 {
+		t.Errorf("%d series, %v; want 11 outcomes of the method and of the others", n, err)
+	}
+	srv := grpc.NewServer(it.ServerOptions()...)
+	srv.RegisterService(echoDesc(func(string) {}), nil)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for range 3 {
+		var out wrapperspb.StringValue
+		conn.Invoke(context.Background(), "/test.Echo/Say", wrapperspb.String("x"), &out)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		if f.GetName() != "limits_grpc_method_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			got[labels["method"]+" "+labels["outcome"]] = m.GetCounter().GetValue()
+		}
+	}
+	for key, want := range map[string]float64{
+		"/test.Echo/Say allowed": 1, "/test.Echo/Say rate_limited": 2, "other allowed": 0, "other rate_limited": 0,
+	} {
+		if got[key] != want {
+			t.Errorf("%s: %v, want %v", key, got[key], want)
 		}
 	}
 	promtest.Lint(t, reg)

@@ -14,10 +14,11 @@ import (
 // copies every one: a field added to both front ends but not here fails.
 func TestSameFields(t *testing.T) {
 	gt, ht := reflect.TypeFor[grpclimit.Stats](), reflect.TypeFor[httplimit.Stats]()
-	if gt.NumField() != ht.NumField() {
-		t.Fatalf("grpclimit.Stats has %d fields, httplimit.Stats %d", gt.NumField(), ht.NumField())
+	// Methods, the last, is gRPC's own: the counts by method.
+	if gt.NumField() != ht.NumField()+1 || gt.Field(gt.NumField()-1).Name != "Methods" {
+		t.Fatalf("grpclimit.Stats has %d fields, httplimit.Stats %d, and Methods", gt.NumField(), ht.NumField())
 	}
-	for i := range gt.NumField() {
+	for i := range ht.NumField() {
 		g, h := gt.Field(i), ht.Field(i)
 		if g.Name != h.Name || g.Tag.Get("json") != h.Tag.Get("json") {
 			t.Errorf("field %d: %s `%s` against %s `%s`", i, g.Name, g.Tag, h.Name, h.Tag)
@@ -46,7 +47,7 @@ func TestSameFields(t *testing.T) {
 	hv := reflect.ValueOf(h)
 	for i := range v.NumField() {
 		name := gt.Field(i).Name
-		if name == "Policies" {
+		if name == "Policies" || name == "Methods" {
 			continue
 		}
 		if got, want := hv.FieldByName(name).Interface(), v.Field(i).Interface(); !reflect.DeepEqual(got, want) {
@@ -82,3 +83,31 @@ func TestSameReasons(t *testing.T) {
 		}
 	}
 }
+
+// TestMethodSeries checks the series of the calls by method: one per
+// name registered and outcome, then the others, with the counts of each.
+func TestMethodSeries(t *testing.T) {
+	s := grpclimit.Stats{Methods: []grpclimit.MethodStats{
+		{Method: "/shop.Auth/Login", Allowed: 2, RateLimited: 8},
+		{Method: grpclimit.OtherMethods, Allowed: 5, ServerBusy: 1},
+	}}
+	e := &collect{got: map[string]int64{}}
+	readMethods(e, 0, s.Methods)
+	for key, want := range map[string]int64{
+		"/shop.Auth/Login allowed": 2, "/shop.Auth/Login rate_limited": 8, "/shop.Auth/Login server_busy": 0,
+		"other allowed": 5, "other server_busy": 1, "other exempt": 0,
+	} {
+		if got, ok := e.got[key]; !ok || got != want {
+			t.Errorf("%s: %d (present %v), want %d", key, got, ok, want)
+		}
+	}
+	if len(e.got) != 2*11 {
+		t.Errorf("%d series, want 11 outcomes of 2 names", len(e.got))
+	}
+}
+
+type collect struct{ got map[string]int64 }
+
+func (c *collect) Value(m int, v int64, labels ...string)              { c.got[labels[0]+" "+labels[1]] = v }
+func (c *collect) Float(int, float64, ...string)                       {}
+func (c *collect) Histogram(int, uint64, float64, []float64, []uint64) {}

@@ -151,8 +151,10 @@ const (
 )
 
 // FrontSet returns the Set of a front end of kind fr whose counters stats
-// returns. The front end's gate, if it has one, is exported as a Gate of
-// the same name; whether it has one is read once, here, as a front end's
+// returns. The front end's gate, if it has one of its own, is exported as
+// a Gate of the same name; a shared gate (Stats.SharedGate) is not, as
+// its own collector exports it once however many front ends use it.
+// Whether there is a gate to export is read once, here, as a front end's
 // gate is set when it is made.
 func FrontSet(fr Front, stats func() httplimit.Stats) Set {
 	sub := fr.Subsystem
@@ -163,11 +165,12 @@ func FrontSet(fr Front, stats func() httplimit.Stats) Set {
 			Help: fr.PolicyRequests},
 		frontPolicyKeys: {Subsystem: sub, Name: "policy_keys", Kind: Gauge, Unit: "{key}", Labels: []string{"policy"},
 			Help: "Keys the local GCRA of the rate policy holds, including expired keys whose place has not been reused yet; " +
-				"0 for a policy decided by another limiter alone."},
+				"0 for a policy decided by another limiter alone, or that shares the table of a policy before it (keyless), so that a sum counts each table once."},
 		frontPolicyMaxKeys: {Subsystem: sub, Name: "policy_max_keys", Kind: Gauge, Unit: "{key}", Labels: []string{"policy"},
-			Help: "Most keys the local GCRA of the rate policy holds; 0 for a policy decided by another limiter alone."},
+			Help: "Most keys the local GCRA of the rate policy holds; 0 for a policy decided by another limiter alone, or that shares the table of a policy before it."},
 	}
-	hasGate := stats().Gate != nil
+	first := stats()
+	hasGate := first.Gate != nil && !first.SharedGate
 	if hasGate {
 		metrics = append(metrics, gateMetrics[:]...)
 	}
