@@ -11,7 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// scriptLib is the part the two scripts share: exact time arithmetic in
+// scriptLib is the part the refund and lease scripts share (the decision
+// script, gcraScript, has it inline): exact time arithmetic in
 // Lua, whose numbers are doubles, and the stored form of a TAT.
 //
 // A time is a table {s, ns, f}: s whole seconds, ns nanoseconds in [0, 1e9)
@@ -121,29 +122,71 @@ end
 // seconds, nanoseconds and units; and now, as TIME gave it, in seconds and
 // microseconds.
 //
+// It runs on every decision, so it does the arithmetic of scriptLib and
+// reads and stores the key's value as scriptLib does, but inline, on plain
+// numbers: a time is three locals (seconds, nanoseconds, units), not a
+// table, and no function is defined, so that a call allocates nothing in
+// Lua beyond the strings and the reply it must make. The exactness argument
+// of scriptLib holds as it stands. TestDecideScript checks it against
+// gcra.Policy on random states, fractions and foreign values included.
+//
 // Writing after TIME needs effects replication, the default since Redis 5.0
 // and the only mode since 7.0.
-const gcraScript = scriptLib + `
-local cost, d = arg(2), arg(5)
-local t, err = load()
-if err then return err end
-local ahead, repair = zero, false
-if t then
-  ahead = sub(t, now)
-  if not less(zero, ahead) then
-    ahead = zero
-  elseif less(d, ahead) then
-    ahead, repair = d, true
+const gcraScript = `
+local den = tonumber(ARGV[1])
+local ds, dns, df = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local clock = redis.call('TIME')
+local now_s, now_us = tonumber(clock[1]), tonumber(clock[2])
+local now_ns = now_us * 1000
+local v = redis.pcall('GET', KEYS[1])
+local as, ans, af, repair = 0, 0, 0, false
+if v then
+  if type(v) == 'table' then
+    return redis.error_reply('redislimit: key ' .. KEYS[1] .. ' does not hold a TAT: ' .. tostring(v.err))
+  end
+  local whole, frac = v, nil
+  if not string.find(v, '^%d+$') then
+    whole, frac = string.match(v, '^(%d+):(%d+)$')
+    if not whole then
+      return redis.error_reply('redislimit: key ' .. KEYS[1] .. ' does not hold a TAT')
+    end
+  end
+  local ts, tns, tf = 0, 0, 0
+  if #whole > 9 then
+    ts, tns = tonumber(string.sub(whole, 1, -10)), tonumber(string.sub(whole, -9))
+  else
+    tns = tonumber(whole)
+  end
+  if frac then
+    tf = tonumber(frac)
+    if tf >= den then
+      tf, tns = 0, tns + 1
+      if tns >= 1e9 then ts, tns = ts + 1, tns - 1e9 end
+    end
+  end
+  as, ans, af = ts - now_s, tns - now_ns, tf
+  if ans < 0 then as, ans = as - 1, ans + 1e9 end
+  if as < 0 or as == 0 and ans == 0 and af == 0 then
+    as, ans, af = 0, 0, 0
+  elseif as > ds or as == ds and (ans > dns or ans == dns and af > df) then
+    as, ans, af, repair = ds, dns, df, true
   end
 end
-local nxt = add(ahead, cost)
-if less(d, nxt) or ARGV[8] ~= '1' then
-  if repair then store(add(now, ahead)) end
-  if less(d, nxt) then return reply(0, ahead) end
-  return reply(1, ahead)
+local xs, xns, xf = as + tonumber(ARGV[2]), ans + tonumber(ARGV[3]), af + tonumber(ARGV[4])
+if xf >= den then xns, xf = xns + 1, xf - den end
+if xns >= 1e9 then xs, xns = xs + 1, xns - 1e9 end
+local flag = 1
+if xs > ds or xs == ds and (xns > dns or xns == dns and xf > df) then flag = 0 end
+if flag == 0 or ARGV[8] ~= '1' then
+  if not repair then return {flag, as, ans, af, now_s, now_us} end
+  xs, xns, xf = as, ans, af
 end
-store(add(now, nxt))
-return reply(1, nxt)
+local s, ns = now_s + xs, now_ns + xns
+if ns >= 1e9 then s, ns = s + 1, ns - 1e9 end
+local val, up = string.format('%d%09d', s, ns), ns
+if xf > 0 then val, up = val .. ':' .. string.format('%d', xf), ns + 1 end
+redis.call('SET', KEYS[1], val, 'PXAT', s * 1000 + math.ceil(up / 1e6))
+return {flag, xs, xns, xf, now_s, now_us}
 `
 
 // refundScript gives back a charge for the key KEYS[1], as
