@@ -311,14 +311,17 @@ func honorsContext(c redis.UniversalClient) bool {
 // args returns the decision script's arguments for a request of cost n,
 // 0 <= n <= burst, charged if charge is true and n > 0.
 func (g *GCRA) args(n int, charge bool) []any {
-	args := make([]any, 0, 8)
-	args = append(args, g.den)
-	args = timeArgs(args, g.p.Cost(n))
-	args = append(args, g.dArgs...)
+	flag := "0"
 	if charge && n > 0 {
-		return append(args, "1")
+		flag = "1"
 	}
-	return append(args, "0")
+	c := g.p.Cost(n)
+	args := make([]any, 0, 8)
+	args = append(args, flag, strconv.FormatInt(c.NS/1e9, 10), strconv.FormatInt(c.NS%1e9, 10), g.dArgs[0], g.dArgs[1])
+	if g.p.Den == 1 {
+		return args
+	}
+	return append(args, g.den, strconv.FormatUint(c.Frac, 10), g.dArgs[2])
 }
 
 // Limit returns the events allowed per period.

@@ -97,9 +97,12 @@ end
 // gcraScript makes one decision for the key KEYS[1], on the clock of the
 // Redis server that holds it.
 //
-// Arguments: ARGV[1] is den; ARGV[2] to ARGV[4] the cost of the request,
-// n*T, as a time (seconds, nanoseconds, units); ARGV[5] to ARGV[7] D =
-// burst*T; ARGV[8] is "1" to charge an allowed request and "0" to look only.
+// Arguments: ARGV[1] is "1" to charge an allowed request and "0" to look
+// only; ARGV[2] and ARGV[3] the cost of the request, n*T, in seconds and
+// nanoseconds; ARGV[4] and ARGV[5] D = burst*T; ARGV[6] den, and ARGV[7]
+// and ARGV[8] the units of n*T and D, all three left out when den is 1 (T
+// a whole number of nanoseconds), which the script then takes them to be,
+// with no units: the same arithmetic on fewer arguments.
 //
 // With ahead = TAT - now, taken as 0 when the TAT has passed (the key owes
 // nothing) and as D when it runs further ahead than D, the request is
@@ -118,9 +121,10 @@ end
 // just used its full burst does. Otherwise a refusal or a look writes
 // nothing.
 //
-// It returns six integers: 1 if allowed or 0; ahead after the decision, in
-// seconds, nanoseconds and units; and now, as TIME gave it, in seconds and
-// microseconds.
+// It returns four integers, each exact in a double: ahead after the
+// decision, its nanoseconds times 2, plus 1 if allowed; its seconds; its
+// units; and now, as TIME gave it, in microseconds since the Unix epoch
+// (below 2^53 until the year 2255).
 //
 // It runs on every decision, so it does the arithmetic of scriptLib and
 // reads and stores the key's value as scriptLib does, but inline, on plain
@@ -133,8 +137,9 @@ end
 // Writing after TIME needs effects replication, the default since Redis 5.0
 // and the only mode since 7.0.
 const gcraScript = `
-local den = tonumber(ARGV[1])
-local ds, dns, df = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local den, cf, df = 1, 0, 0
+if ARGV[6] then den, cf, df = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]) end
+local ds, dns = tonumber(ARGV[4]), tonumber(ARGV[5])
 local clock = redis.call('TIME')
 local now_s, now_us = tonumber(clock[1]), tonumber(clock[2])
 local now_ns = now_us * 1000
@@ -172,13 +177,14 @@ if v then
     as, ans, af, repair = ds, dns, df, true
   end
 end
-local xs, xns, xf = as + tonumber(ARGV[2]), ans + tonumber(ARGV[3]), af + tonumber(ARGV[4])
+local xs, xns, xf = as + tonumber(ARGV[2]), ans + tonumber(ARGV[3]), af + cf
 if xf >= den then xns, xf = xns + 1, xf - den end
 if xns >= 1e9 then xs, xns = xs + 1, xns - 1e9 end
 local flag = 1
 if xs > ds or xs == ds and (xns > dns or xns == dns and xf > df) then flag = 0 end
-if flag == 0 or ARGV[8] ~= '1' then
-  if not repair then return {flag, as, ans, af, now_s, now_us} end
+local now = now_s * 1e6 + now_us
+if flag == 0 or ARGV[1] ~= '1' then
+  if not repair then return {ans * 2 + flag, as, af, now} end
   xs, xns, xf = as, ans, af
 end
 local s, ns = now_s + xs, now_ns + xns
@@ -186,7 +192,7 @@ if ns >= 1e9 then s, ns = s + 1, ns - 1e9 end
 local val, up = string.format('%d%09d', s, ns), ns
 if xf > 0 then val, up = val .. ':' .. string.format('%d', xf), ns + 1 end
 redis.call('SET', KEYS[1], val, 'PXAT', s * 1000 + math.ceil(up / 1e6))
-return {flag, xs, xns, xf, now_s, now_us}
+return {xns * 2 + flag, xs, xf, now}
 `
 
 // refundScript gives back a charge for the key KEYS[1], as
@@ -275,6 +281,9 @@ func eval(ctx context.Context, c redis.Scripter, s *redis.Script, keys []string,
 	if err != nil {
 		return reply{}, err
 	}
+	if s == decideScript {
+		return decideReply(vals)
+	}
 	if len(vals) != 6 {
 		return reply{}, fmt.Errorf("%w: %d values", errReply, len(vals))
 	}
@@ -290,6 +299,26 @@ func eval(ctx context.Context, c redis.Scripter, s *redis.Script, keys []string,
 		flag:  n[0],
 		ahead: gcra.Time{NS: n[1]*1e9 + n[2], Frac: uint64(n[3])},
 		now:   time.Unix(n[4], n[5]*1e3),
+	}, nil
+}
+
+// decideReply reads the four integers gcraScript returns.
+func decideReply(vals []any) (reply, error) {
+	if len(vals) != 4 {
+		return reply{}, fmt.Errorf("%w: %d values", errReply, len(vals))
+	}
+	var n [4]int64
+	for i, v := range vals {
+		x, ok := v.(int64)
+		if !ok || x < 0 {
+			return reply{}, fmt.Errorf("%w: %v", errReply, v)
+		}
+		n[i] = x
+	}
+	return reply{
+		flag:  n[0] & 1,
+		ahead: gcra.Time{NS: n[1]*1e9 + n[0]>>1, Frac: uint64(n[2])},
+		now:   time.Unix(n[3]/1e6, n[3]%1e6*1e3),
 	}, nil
 }
 
