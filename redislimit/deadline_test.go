@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -94,4 +95,67 @@ func TestDownFailsWithin(t *testing.T) {
 func unitCharge(g *GCRA) limits.Decision {
 	return limits.Decision{Allowed: true, Limit: g.Limit(), Period: g.Period(), Burst: g.Burst(), Cost: 1,
 		ResetAfter: g.EmissionInterval(), At: time.Now().Round(0)}
+}
+
+// countHook counts the commands a client sends.
+type countHook struct{ n atomic.Int64 }
+
+func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestDefaultClientBound checks that with a *redis.Client that does not
+// bound its I/O by the context, a GCRA still sends its commands through
+// the hooks the client had and on its connections, but bounded by the
+// context on the socket, so that no call needs a goroutine of its own, and
+// leaves the caller's client as it was; and that a client whose timeouts
+// turn socket deadlines off is left to the goroutine.
+func TestDefaultClientBound(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv.Addr(), false)
+	hook := &countHook{}
+	c.AddHook(hook)
+	g := must(New(c, 10, time.Hour, WithPrefix(freshPrefix())))
+	if !g.ctxAware {
+		t.Fatal("the GCRA of a default client waits on a goroutine of its own")
+	}
+	if c.Options().ContextTimeoutEnabled {
+		t.Error("New changed the caller's client")
+	}
+	for range 3 {
+		if d, err := g.Allow(context.Background(), "k"); err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+	}
+	if n := hook.n.Load(); n != 4 { // the first EVALSHA meets NOSCRIPT and is sent again as EVAL
+		t.Errorf("the client's hook saw %d commands, want 4", n)
+	}
+	if s := c.PoolStats(); s.TotalConns != 1 {
+		t.Errorf("the client's pool holds %d connections, want the 1 the GCRA used", s.TotalConns)
+	}
+	// A pooled connection, then a paused server: the call ends at the
+	// caller's deadline, on the socket.
+	srv.Pause()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	_, err := g.Allow(ctx, "k")
+	cancel()
+	srv.Resume()
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("paused server: error %v", err)
+	}
+
+	off := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: -2, WriteTimeout: -2})
+	t.Cleanup(func() { off.Close() })
+	if g := must(New(off, 10, time.Hour)); g.ctxAware {
+		t.Error("a client with no socket deadlines is taken as bounding its I/O by the context")
+	}
 }

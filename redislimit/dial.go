@@ -18,10 +18,33 @@ import (
 // pauses, so the caller's deadline usually ends the wait before the dial
 // error reaches it.
 //
-// A dialWatch is a redis.Hook that only observes dials; it leaves commands
-// and pipelines as they are.
+// A dialWatch is a redis.Hook that observes dials. It leaves commands and
+// pipelines as they are, but for the commands of a GCRA when it has a
+// bound client (see boundClient): it sends those with that client.
 type dialWatch struct {
 	last atomic.Pointer[dialFailure] // nil after a successful dial
+
+	// bound shares the watched client's connection pool and bounds its
+	// socket I/O by the context, or is nil if the watched client does that
+	// itself or no such client could be had.
+	bound *redis.Client
+}
+
+// boundKey marks the context of a command that a dialWatch sends with its
+// bound client.
+type boundKey struct{}
+
+// diverts reports whether w sends the commands of the GCRAs with its bound
+// client. w may be nil.
+func (w *dialWatch) diverts() bool { return w != nil && w.bound != nil }
+
+// boundContext returns ctx, marked for w to send its commands with the
+// bound client if it has one.
+func (w *dialWatch) boundContext(ctx context.Context) context.Context {
+	if !w.diverts() {
+		return ctx
+	}
+	return context.WithValue(ctx, boundKey{}, true)
 }
 
 // dialFailure is a failed dial and when it ended.
@@ -43,8 +66,20 @@ func (w *dialWatch) DialHook(next redis.DialHook) redis.DialHook {
 	}
 }
 
-// ProcessHook leaves commands alone.
-func (w *dialWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+// ProcessHook sends a GCRA's commands with the bound client, if w has one,
+// once the hooks added to the watched client before it have seen them, and
+// leaves other commands alone.
+func (w *dialWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	if w.bound == nil {
+		return next
+	}
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if ctx.Value(boundKey{}) != nil {
+			return w.bound.Process(ctx, cmd)
+		}
+		return next(ctx, cmd)
+	}
+}
 
 // ProcessPipelineHook leaves pipelines alone.
 func (w *dialWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -78,13 +113,42 @@ var watches struct {
 func watchDials(c redis.UniversalClient) *dialWatch {
 	switch c := c.(type) {
 	case *redis.Client:
-		return watchOf(c, func(w *dialWatch) { c.AddHook(w) })
+		return watchOf(c, func(w *dialWatch) {
+			w.bound = boundClient(c)
+			c.AddHook(w)
+		})
 	case *redis.ClusterClient:
 		return watchOf(c, func(w *dialWatch) {
 			c.OnNewNode(func(node *redis.Client) { node.AddHook(w) })
 		})
 	}
 	return nil
+}
+
+// boundClient returns a client that shares c's connection pool and bounds
+// its socket reads and writes by the context, as ContextTimeoutEnabled
+// does, with c's timeouts otherwise, made with Client.WithTimeout: so that
+// a GCRA's call needs no goroutine of its own to end at its deadline. It
+// returns nil if c bounds its I/O by the context itself, if c's timeouts
+// turn socket deadlines off, or if the clone's options could not be set
+// without setting c's. The clone has no hooks: the commands reach it from
+// the hook of c's dialWatch, after c's earlier hooks.
+func boundClient(c *redis.Client) *redis.Client {
+	o := c.Options()
+	if o.ContextTimeoutEnabled || o.ReadTimeout < 0 || o.WriteTimeout < 0 {
+		return nil
+	}
+	clone := c.WithTimeout(o.ReadTimeout)
+	co := clone.Options()
+	if co == o {
+		return nil
+	}
+	co.WriteTimeout = o.WriteTimeout
+	co.ContextTimeoutEnabled = true
+	if !clone.Options().ContextTimeoutEnabled {
+		return nil
+	}
+	return clone
 }
 
 func watchOf[T any](c *T, install func(*dialWatch)) *dialWatch {

@@ -80,8 +80,8 @@ var ErrUnavailable = errors.New("redislimit: no decision from Redis")
 // is counted in Stats.
 //
 // A decision costs one round trip to Redis and a few microseconds of the
-// server's time; with a client that does not bound its I/O by the context
-// (see New) it also costs a goroutine.
+// server's time; with a client that New cannot bound by the context (see
+// New) it also costs a goroutine.
 //
 // All methods are safe for concurrent use. The zero value is not usable;
 // call New.
@@ -220,14 +220,22 @@ func WithErrorHandler(f func(error)) Option { return func(o *options) { o.onErro
 //
 // Every call is bounded by the caller's context and the timeout. A client
 // with ContextTimeoutEnabled set stops waiting on the socket itself when the
-// time is up; with any other client the GCRA still returns in time, and the
+// time is up. So does a *redis.Client without it: its hook (below) sends
+// the GCRA's commands, once the hooks added to the client before have seen
+// them, with a client made from it by Client.WithTimeout, which shares its
+// connections and timeouts but bounds its reads and writes by the context;
+// hooks added to the client after the first New for it do not see them.
+// With any other client (a ClusterClient without ContextTimeoutEnabled, a
+// Ring, or a client whose timeouts turn socket deadlines off), each call
+// runs on a goroutine of its own: the GCRA still returns in time, and the
 // command runs on in the background until the client's own ReadTimeout.
 //
 // So that an error can say why Redis could not be reached (connection
 // refused, no such host) rather than only that the deadline passed, New
 // adds a hook (redis.Hook) that notes failed dials to a *redis.Client, or
 // to the node clients a *redis.ClusterClient makes from then on; the hook
-// changes nothing else, and a client gets one however many GCRAs use it.
+// changes nothing else but what is said above, and a client gets one
+// however many GCRAs use it.
 //
 // New returns an error if limit, period or the burst is not positive, or
 // burst*T, the time to recover a full burst, exceeds about 73 years (these
@@ -270,10 +278,10 @@ func New(client redis.UniversalClient, limit int, period time.Duration, opts ...
 		policy:   o.policy,
 		fallback: o.fallback,
 		onError:  o.onError,
-		ctxAware: honorsContext(client),
 		dials:    watchDials(client),
 		base:     time.Now(),
 	}
+	g.ctxAware = honorsContext(client) || g.dials.diverts()
 	g.offset.Store(math.MinInt64)
 	g.unitArgs = g.args(1, true)
 	g.peekArgs = g.args(1, false)
@@ -303,14 +311,17 @@ func honorsContext(c redis.UniversalClient) bool {
 // args returns the decision script's arguments for a request of cost n,
 // 0 <= n <= burst, charged if charge is true and n > 0.
 func (g *GCRA) args(n int, charge bool) []any {
-	args := make([]any, 0, 8)
-	args = append(args, g.den)
-	args = timeArgs(args, g.p.Cost(n))
-	args = append(args, g.dArgs...)
+	flag := "0"
 	if charge && n > 0 {
-		return append(args, "1")
+		flag = "1"
 	}
-	return append(args, "0")
+	c := g.p.Cost(n)
+	args := make([]any, 0, 8)
+	args = append(args, flag, strconv.FormatInt(c.NS/1e9, 10), strconv.FormatInt(c.NS%1e9, 10), g.dArgs[0], g.dArgs[1])
+	if g.p.Den == 1 {
+		return args
+	}
+	return append(args, g.den, strconv.FormatUint(c.Frac, 10), g.dArgs[2])
 }
 
 // Limit returns the events allowed per period.
@@ -494,7 +505,7 @@ func (g *GCRA) Reset(ctx context.Context, key string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	if err := g.client.Del(ctx, g.prefix+key).Err(); err != nil {
+	if err := g.client.Del(g.dials.boundContext(ctx), g.prefix+key).Err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return nil
@@ -565,7 +576,7 @@ func (g *GCRA) call(ctx context.Context, s *redis.Script, rkey string, args []an
 	var r reply
 	var err error
 	if g.ctxAware {
-		r, err = eval(ctx, g.client, s, []string{rkey}, args)
+		r, err = eval(g.dials.boundContext(ctx), g.client, s, []string{rkey}, args)
 	} else {
 		r, err = g.callAsync(ctx, s, rkey, args)
 	}

@@ -11,7 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// scriptLib is the part the two scripts share: exact time arithmetic in
+// scriptLib is the part the refund and lease scripts share (the decision
+// script, gcraScript, has it inline): exact time arithmetic in
 // Lua, whose numbers are doubles, and the stored form of a TAT.
 //
 // A time is a table {s, ns, f}: s whole seconds, ns nanoseconds in [0, 1e9)
@@ -96,9 +97,12 @@ end
 // gcraScript makes one decision for the key KEYS[1], on the clock of the
 // Redis server that holds it.
 //
-// Arguments: ARGV[1] is den; ARGV[2] to ARGV[4] the cost of the request,
-// n*T, as a time (seconds, nanoseconds, units); ARGV[5] to ARGV[7] D =
-// burst*T; ARGV[8] is "1" to charge an allowed request and "0" to look only.
+// Arguments: ARGV[1] is "1" to charge an allowed request and "0" to look
+// only; ARGV[2] and ARGV[3] the cost of the request, n*T, in seconds and
+// nanoseconds; ARGV[4] and ARGV[5] D = burst*T; ARGV[6] den, and ARGV[7]
+// and ARGV[8] the units of n*T and D, all three left out when den is 1 (T
+// a whole number of nanoseconds), which the script then takes them to be,
+// with no units: the same arithmetic on fewer arguments.
 //
 // With ahead = TAT - now, taken as 0 when the TAT has passed (the key owes
 // nothing) and as D when it runs further ahead than D, the request is
@@ -117,33 +121,78 @@ end
 // just used its full burst does. Otherwise a refusal or a look writes
 // nothing.
 //
-// It returns six integers: 1 if allowed or 0; ahead after the decision, in
-// seconds, nanoseconds and units; and now, as TIME gave it, in seconds and
-// microseconds.
+// It returns four integers, each exact in a double: ahead after the
+// decision, its nanoseconds times 2, plus 1 if allowed; its seconds; its
+// units; and now, as TIME gave it, in microseconds since the Unix epoch
+// (below 2^53 until the year 2255).
+//
+// It runs on every decision, so it does the arithmetic of scriptLib and
+// reads and stores the key's value as scriptLib does, but inline, on plain
+// numbers: a time is three locals (seconds, nanoseconds, units), not a
+// table, and no function is defined, so that a call allocates nothing in
+// Lua beyond the strings and the reply it must make. The exactness argument
+// of scriptLib holds as it stands. TestDecideScript checks it against
+// gcra.Policy on random states, fractions and foreign values included.
 //
 // Writing after TIME needs effects replication, the default since Redis 5.0
 // and the only mode since 7.0.
-const gcraScript = scriptLib + `
-local cost, d = arg(2), arg(5)
-local t, err = load()
-if err then return err end
-local ahead, repair = zero, false
-if t then
-  ahead = sub(t, now)
-  if not less(zero, ahead) then
-    ahead = zero
-  elseif less(d, ahead) then
-    ahead, repair = d, true
+const gcraScript = `
+local den, cf, df = 1, 0, 0
+if ARGV[6] then den, cf, df = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]) end
+local ds, dns = tonumber(ARGV[4]), tonumber(ARGV[5])
+local clock = redis.call('TIME')
+local now_s, now_us = tonumber(clock[1]), tonumber(clock[2])
+local now_ns = now_us * 1000
+local v = redis.pcall('GET', KEYS[1])
+local as, ans, af, repair = 0, 0, 0, false
+if v then
+  if type(v) == 'table' then
+    return redis.error_reply('redislimit: key ' .. KEYS[1] .. ' does not hold a TAT: ' .. tostring(v.err))
+  end
+  local whole, frac = v, nil
+  if not string.find(v, '^%d+$') then
+    whole, frac = string.match(v, '^(%d+):(%d+)$')
+    if not whole then
+      return redis.error_reply('redislimit: key ' .. KEYS[1] .. ' does not hold a TAT')
+    end
+  end
+  local ts, tns, tf = 0, 0, 0
+  if #whole > 9 then
+    ts, tns = tonumber(string.sub(whole, 1, -10)), tonumber(string.sub(whole, -9))
+  else
+    tns = tonumber(whole)
+  end
+  if frac then
+    tf = tonumber(frac)
+    if tf >= den then
+      tf, tns = 0, tns + 1
+      if tns >= 1e9 then ts, tns = ts + 1, tns - 1e9 end
+    end
+  end
+  as, ans, af = ts - now_s, tns - now_ns, tf
+  if ans < 0 then as, ans = as - 1, ans + 1e9 end
+  if as < 0 or as == 0 and ans == 0 and af == 0 then
+    as, ans, af = 0, 0, 0
+  elseif as > ds or as == ds and (ans > dns or ans == dns and af > df) then
+    as, ans, af, repair = ds, dns, df, true
   end
 end
-local nxt = add(ahead, cost)
-if less(d, nxt) or ARGV[8] ~= '1' then
-  if repair then store(add(now, ahead)) end
-  if less(d, nxt) then return reply(0, ahead) end
-  return reply(1, ahead)
+local xs, xns, xf = as + tonumber(ARGV[2]), ans + tonumber(ARGV[3]), af + cf
+if xf >= den then xns, xf = xns + 1, xf - den end
+if xns >= 1e9 then xs, xns = xs + 1, xns - 1e9 end
+local flag = 1
+if xs > ds or xs == ds and (xns > dns or xns == dns and xf > df) then flag = 0 end
+local now = now_s * 1e6 + now_us
+if flag == 0 or ARGV[1] ~= '1' then
+  if not repair then return {ans * 2 + flag, as, af, now} end
+  xs, xns, xf = as, ans, af
 end
-store(add(now, nxt))
-return reply(1, nxt)
+local s, ns = now_s + xs, now_ns + xns
+if ns >= 1e9 then s, ns = s + 1, ns - 1e9 end
+local val, up = string.format('%d%09d', s, ns), ns
+if xf > 0 then val, up = val .. ':' .. string.format('%d', xf), ns + 1 end
+redis.call('SET', KEYS[1], val, 'PXAT', s * 1000 + math.ceil(up / 1e6))
+return {xns * 2 + flag, xs, xf, now}
 `
 
 // refundScript gives back a charge for the key KEYS[1], as
@@ -232,6 +281,9 @@ func eval(ctx context.Context, c redis.Scripter, s *redis.Script, keys []string,
 	if err != nil {
 		return reply{}, err
 	}
+	if s == decideScript {
+		return decideReply(vals)
+	}
 	if len(vals) != 6 {
 		return reply{}, fmt.Errorf("%w: %d values", errReply, len(vals))
 	}
@@ -247,6 +299,26 @@ func eval(ctx context.Context, c redis.Scripter, s *redis.Script, keys []string,
 		flag:  n[0],
 		ahead: gcra.Time{NS: n[1]*1e9 + n[2], Frac: uint64(n[3])},
 		now:   time.Unix(n[4], n[5]*1e3),
+	}, nil
+}
+
+// decideReply reads the four integers gcraScript returns.
+func decideReply(vals []any) (reply, error) {
+	if len(vals) != 4 {
+		return reply{}, fmt.Errorf("%w: %d values", errReply, len(vals))
+	}
+	var n [4]int64
+	for i, v := range vals {
+		x, ok := v.(int64)
+		if !ok || x < 0 {
+			return reply{}, fmt.Errorf("%w: %v", errReply, v)
+		}
+		n[i] = x
+	}
+	return reply{
+		flag:  n[0] & 1,
+		ahead: gcra.Time{NS: n[1]*1e9 + n[0]>>1, Frac: uint64(n[2])},
+		now:   time.Unix(n[3]/1e6, n[3]%1e6*1e3),
 	}, nil
 }
 

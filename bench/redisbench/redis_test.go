@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,6 +106,67 @@ func BenchmarkRedis(b *testing.B) {
 			})
 			b.Run(fmt.Sprintf("%s/%s/parallel16", l.name, client), func(b *testing.B) {
 				measure(b, c, 16, func(w, i int) string { return keys[(w*131+i*7)%nkeys] }, l.allow, true)
+			})
+		}
+		c.Close()
+	}
+}
+
+// BenchmarkRedisPaired measures what BenchmarkRedis does for redislimit
+// (one call per decision) and redis_rate, cold keys, every request
+// allowed, but alternates the two in blocks of 256 decisions on one
+// client, so that both see the same load on a shared machine, whose
+// changes from second to second otherwise outweigh the difference. It
+// reports each one's time per decision (redislimit-ns/op, redis_rate-ns/op)
+// and their ratio over all blocks (ratio) and the median of the blocks'
+// ratios (median-ratio); ns/op is per pair of decisions.
+func BenchmarkRedisPaired(b *testing.B) {
+	srv := redistest.Start(b)
+	ctx := context.Background()
+	for _, contextTimeout := range []bool{true, false} {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: contextTimeout})
+		client := "default_client"
+		if contextTimeout {
+			client = "context_client"
+		}
+		ls := limiters(c, limit, burst)[1:] // redislimit, redis_rate
+		for _, workers := range []int{1, 16} {
+			mode := "serial"
+			if workers > 1 {
+				mode = fmt.Sprintf("parallel%d", workers)
+			}
+			b.Run(client+"/"+mode, func(b *testing.B) {
+				const block = 256
+				var sums [2]time.Duration
+				var ratios []float64
+				b.ReportAllocs()
+				for n := 0; n < b.N; n += block {
+					var took [2]time.Duration
+					for li, l := range ls {
+						start := time.Now()
+						var wg sync.WaitGroup
+						for w := range workers {
+							wg.Go(func() {
+								for i := range block / workers {
+									if ok, err := l.allow(ctx, keys[(n+w*131+i*7)%nkeys]); err != nil || !ok {
+										b.Errorf("%s: allowed %v, %v", l.name, ok, err)
+										return
+									}
+								}
+							})
+						}
+						wg.Wait()
+						took[li] = time.Since(start)
+						sums[li] += took[li]
+					}
+					ratios = append(ratios, float64(took[0])/float64(took[1]))
+				}
+				decisions := float64((b.N + block - 1) / block * block)
+				slices.Sort(ratios)
+				b.ReportMetric(float64(sums[0])/decisions, "redislimit-ns/op")
+				b.ReportMetric(float64(sums[1])/decisions, "redis_rate-ns/op")
+				b.ReportMetric(float64(sums[0])/float64(sums[1]), "ratio")
+				b.ReportMetric(ratios[len(ratios)/2], "median-ratio")
 			})
 		}
 		c.Close()
