@@ -539,48 +539,53 @@ func TestRateStressFromCreation(t *testing.T) {
 // the latest completed window saw events, Rate must not read 0: that is what
 // a window cleared before its time looks like.
 func TestRateSteadyLoadNeverReadsZero(t *testing.T) {
-	const iv = 10 * time.Millisecond
-	r := NewRate(iv)
-	var seen [1024]atomic.Int64 // events per window, by the writers' clocks
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
+	// In a bubble, so that a loaded machine changes nothing: eight writers
+	// observe at their own cadences, waking together at window changes as
+	// often as not, and a reader samples at steps that fall on every offset
+	// into a window, window changes included.
+	synctest.Test(t, func(t *testing.T) {
+		const iv = 10 * time.Millisecond
+		r := NewRate(iv)
+		var seen [1024]atomic.Int64 // events per window, by the writers' clocks
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := range 8 {
+			step := time.Duration(40+w*23) * time.Microsecond
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					k, _ := r.position()
+					seen[k%1024].Add(1)
+					r.Observe("hot", 1)
+					time.Sleep(step)
 				}
-				k, _ := r.position()
-				seen[k%1024].Add(1)
-				r.Observe("hot", 1)
-			}
-		})
-	}
-	time.Sleep(3 * iv) // warm up
-	// Samples are taken until enough could be checked: on a loaded machine
-	// many windows see too few events, or a sample straddles a change.
-	checked, samples := 0, 0
-	for ; checked < 50 && samples < 5000; samples++ {
-		before, _ := r.position()
-		got := r.Rate("hot")
-		after, _ := r.position()
-		// A sample taken within one window reports the one before it.
-		if before == after && seen[(before-1)%1024].Load() >= 20 {
-			checked++
-			if got == 0 {
-				t.Errorf("window %d: Rate read 0 after %d events in window %d", before, seen[(before-1)%1024].Load(), before-1)
-			}
+			})
 		}
-		time.Sleep(time.Millisecond)
-	}
-	close(stop)
-	wg.Wait()
-	t.Logf("%d of %d samples checked", checked, samples)
-	if checked < 30 {
-		t.Errorf("only %d of %d samples could be checked", checked, samples)
-	}
+		time.Sleep(3 * iv) // warm up
+		checked := 0
+		for i := range 400 {
+			before, _ := r.position()
+			got := r.Rate("hot")
+			after, _ := r.position()
+			// A sample taken within one window reports the one before it.
+			if before == after && seen[(before-1)%1024].Load() >= 20 {
+				checked++
+				if got == 0 {
+					t.Errorf("window %d: Rate read 0 after %d events in window %d", before, seen[(before-1)%1024].Load(), before-1)
+				}
+			}
+			time.Sleep(time.Duration(700+i%7*100) * time.Microsecond)
+		}
+		close(stop)
+		wg.Wait()
+		if checked < 390 {
+			t.Errorf("only %d of 400 samples could be checked", checked)
+		}
+	})
 }
 
 func TestRateAllocs(t *testing.T) {
