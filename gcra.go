@@ -113,18 +113,23 @@ type GCRA struct {
 	fracMask uint64 // 1<<fracBits - 1
 	shardMax int    // slots a shard grows to, at most
 	shards   []gcraShard
-	// soon is a tournament tree over the shards, read without a lock to
-	// find the shard whose keys expire soonest: soon[leaves+i] is no later
-	// than the soonest expiry in shard i (its next), each inner node the
-	// least of its children, soon[1] the least of all.
-	soon   []atomic.Int64
-	leaves int
-	live   atomic.Bool   // a request has been decided by the real clock
-	dated  atomic.Int64  // the latest date given, as far as the real clock
-	keys   atomic.Int64  // slots holding a key, expired or not, in all shards
-	full   atomic.Uint64 // requests refused with ReasonTableFull
-	soonMu sync.Mutex    // serialises raising values in soon
+	// chunks holds each shard's chunks' soonest expiries, shardChunks a
+	// shard (see gcraShard.chunk), out of the shards' cache line.
+	chunks []int64
+	// soon is a tree of the shards' soonest expiries, soonFan children to
+	// a node, read without a lock to find the shard whose keys expire
+	// soonest: soon[0][i] is shard i's next, each node of soon[l] the least
+	// of its children in soon[l-1], and the one node of the last level the
+	// least of all.
+	soon  [][]atomic.Int64
+	live  atomic.Bool   // a request has been decided by the real clock
+	dated atomic.Int64  // the latest date given, as far as the real clock
+	keys  atomic.Int64  // slots holding a key, expired or not, in all shards
+	full  atomic.Uint64 // requests refused with ReasonTableFull
 }
+
+// soonFan is the number of children of a node of soon: two cache lines.
+const soonFan = 16
 
 // shardSlots is the most slots a shard holds: 16 KiB, the most one call
 // scans.
@@ -134,12 +139,18 @@ const shardSlots = 1024
 // the top bit set; an empty slot's tag is 0.
 const tombstone = 1
 
+// chunkShift sets the slots of a chunk, 1<<chunkShift: a shard keeps the
+// soonest expiry of each chunk of its slots, so that when the key expiring
+// soonest is charged again the shard's soonest expiry is found again from
+// one chunk (512 bytes) and the chunks' soonest expiries.
+const chunkShift = 5
+
 // gcraShard is one part of the table: a power-of-two ring of slots probed
 // linearly from a key's home slot, under its own lock.
 type gcraShard struct {
 	mu    sync.Mutex
 	slots []gcraSlot
-	next  int64 // no key held expires before this (see expiry)
+	next  int64 // the soonest expiry of a key held, exactly (see expiry)
 	used  int32 // slots not empty: holding a key, or a tombstone
 	held  int32 // slots holding a key, expired or not
 	// base and mask locate slots without the lock, for prefetching only:
@@ -148,6 +159,9 @@ type gcraShard struct {
 	mask atomic.Int32
 	id   int32 // the shard's index in the table, its leaf in soon
 }
+
+// shardChunks is the most chunks a shard has.
+const shardChunks = shardSlots >> chunkShift
 
 // gcraSlot is one key's state: its tag (hash bits) with, in the low
 // fracBits bits, the fraction of its TAT; and the TAT's whole nanoseconds
@@ -204,17 +218,28 @@ func newGCRA(limit int, period time.Duration, opts []Option) (*GCRA, error) {
 		g.shardMax *= 2
 	}
 	g.shards = make([]gcraShard, n) // slots are made on first use
+	g.chunks = make([]int64, n*shardChunks)
+	for i := range g.chunks {
+		g.chunks[i] = math.MaxInt64
+	}
 	for i := range g.shards {
 		g.shards[i].next = math.MaxInt64
 		g.shards[i].id = int32(i)
 	}
-	g.leaves = 1
-	for g.leaves < n {
-		g.leaves *= 2
-	}
-	g.soon = make([]atomic.Int64, 2*g.leaves)
-	for i := range g.soon {
-		g.soon[i].Store(math.MaxInt64)
+	// Each level holds whole groups of soonFan children; the last, one node.
+	for width := n; ; width = (width + soonFan - 1) / soonFan {
+		size := width
+		if width > 1 {
+			size = (width + soonFan - 1) / soonFan * soonFan
+		}
+		level := make([]atomic.Int64, size)
+		for i := range level {
+			level[i].Store(math.MaxInt64)
+		}
+		g.soon = append(g.soon, level)
+		if width == 1 {
+			break
+		}
 	}
 	g.dated.Store(math.MinInt64)
 	g.start = time.Now()
@@ -392,7 +417,9 @@ func (g *GCRA) Reset(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if i, _ := s.lookup(g, tag, g.clock(g.now())); i >= 0 {
+		old := g.expiry(&s.slots[i])
 		s.slots[i].tag = tombstone
+		s.changed(g, i, old, math.MaxInt64)
 		s.held--
 		g.keys.Add(-1)
 	}
@@ -576,20 +603,22 @@ func (g *GCRA) reserve() bool {
 }
 
 // reclaimPurges is how many shards reclaim may purge for one new key at
-// the cap.
+// the cap: one, and a second only when calls racing with it changed the
+// shard the tree pointed to.
 const reclaimPurges = 2
 
 // reclaim frees the places of expired keys in the shard whose keys expire
 // soonest, as soon tells, so that a table at its cap makes room wherever a
-// key has expired, at a bounded cost per call. A shard whose soonest key
-// was charged again since it was last purged may have none expired: it is
-// purged all the same, which tells its soonest expiry again, and the next
-// shard is looked at, up to reclaimPurges. It returns how many places it
-// freed, 0 if no key has expired at clock, g's clock. It is called with
-// no lock held.
+// key has expired, at a bounded cost per call: each shard's soonest expiry
+// is recorded exactly, so the shard soon points to holds an expired key
+// if any shard does, unless a racing call changed it meanwhile, and then
+// the next one is looked at, up to reclaimPurges. It returns how many
+// places it freed, 0 if no key has expired at clock, g's clock. It is
+// called with no lock held.
 func (g *GCRA) reclaim(clock int64) int {
+	top := &g.soon[len(g.soon)-1][0]
 	for range reclaimPurges {
-		if g.soon[1].Load() > clock {
+		if top.Load() > clock {
 			return 0 // no key held has expired
 		}
 		s := &g.shards[g.soonest()]
@@ -597,8 +626,6 @@ func (g *GCRA) reclaim(clock int64) int {
 		freed := 0
 		if s.next <= clock {
 			freed = s.purge(g, clock)
-		} else {
-			s.setNext(g, s.next)
 		}
 		s.mu.Unlock()
 		if freed > 0 {
@@ -611,64 +638,166 @@ func (g *GCRA) reclaim(clock int64) int {
 // soonest returns the index of a shard whose next is least, as soon tells
 // without a lock: a hint, which the caller checks under the shard's lock.
 func (g *GCRA) soonest() int {
-	j := 1
-	for j < g.leaves {
-		if g.soon[2*j+1].Load() < g.soon[2*j].Load() {
-			j = 2*j + 1
-		} else {
-			j = 2 * j
+	i := 0
+	for l := len(g.soon) - 1; l > 0; l-- {
+		kids := g.soon[l-1][i*soonFan : i*soonFan+soonFan]
+		best, v := 0, kids[0].Load()
+		for j := 1; j < soonFan; j++ {
+			if w := kids[j].Load(); w < v {
+				best, v = j, w
+			}
 		}
+		i = i*soonFan + best
 	}
-	return min(j-g.leaves, len(g.shards)-1)
+	return min(i, len(g.shards)-1)
 }
 
-// lower records in soon that shard i holds a key expiring at v. Lowering
-// needs no lock: each node only ever moves down to v. s.mu of shard i is
-// held.
-func (g *GCRA) lower(i int32, v int64) {
-	for j := g.leaves + int(i); j >= 1; j >>= 1 {
+// lower records in soon that shard i's next is v, earlier than recorded.
+// Lowering needs no lock: each node only ever moves down to v. s.mu of
+// shard i is held.
+func (g *GCRA) lower(i int, v int64) {
+	for l := range g.soon {
+		node := &g.soon[l][i]
 		for {
-			c := g.soon[j].Load()
+			c := node.Load()
 			if c <= v {
 				return
 			}
-			if g.soon[j].CompareAndSwap(c, v) {
+			if node.CompareAndSwap(c, v) {
 				break
 			}
 		}
+		i /= soonFan
 	}
 }
 
-// raise records in soon that shard i's next is v, which may be later than
-// recorded, and recomputes the nodes above it. Each node is read before
-// its children, and written only if unchanged since, so that a concurrent
-// lower is never lost. s.mu of shard i is held.
-func (g *GCRA) raise(i int32, v int64) {
-	g.soonMu.Lock()
-	defer g.soonMu.Unlock()
-	j := g.leaves + int(i)
-	g.soon[j].Store(v)
-	for j >>= 1; j >= 1; j >>= 1 {
+// raise records in soon that shard i's next is v, later than recorded,
+// and recomputes the nodes above it, without a lock. A node is set to the
+// least of its children, read after the node, only if unchanged since,
+// and read again until the two agree: a raise or lower racing with it is
+// never lost, as whichever writes a node last checks it against children
+// it read after writing. s.mu of shard i is held.
+func (g *GCRA) raise(i int, v int64) {
+	g.soon[0][i].Store(v)
+	for l := 1; l < len(g.soon); l++ {
+		i /= soonFan
+		node := &g.soon[l][i]
+		kids := g.soon[l-1][i*soonFan : i*soonFan+soonFan]
+		changed := false
 		for {
-			c := g.soon[j].Load()
-			m := min(g.soon[2*j].Load(), g.soon[2*j+1].Load())
-			if c == m {
-				return
+			c := node.Load()
+			m := kids[0].Load()
+			for j := 1; j < soonFan; j++ {
+				m = min(m, kids[j].Load())
 			}
-			if g.soon[j].CompareAndSwap(c, m) {
+			if c == m {
 				break
 			}
+			if node.CompareAndSwap(c, m) {
+				changed = true
+			}
+		}
+		if !changed {
+			return // the nodes above are as they were
 		}
 	}
 }
 
-// setNext sets the shard's next, once computed exactly, and records it in
-// soon. s.mu is held.
+// setNext sets the shard's next, computed exactly, and records it in soon.
+// s.mu is held.
 func (s *gcraShard) setNext(g *GCRA, next int64) {
+	old := s.next
 	s.next = next
-	if g.soon[g.leaves+int(s.id)].Load() != next {
-		g.raise(s.id, next)
+	switch {
+	case next < old:
+		g.lower(int(s.id), next)
+	case next > old:
+		g.raise(int(s.id), next)
 	}
+}
+
+// changed records that slot i's expiry went from old to x, either
+// math.MaxInt64 for no key, keeping the chunk's soonest expiry, the
+// shard's and soon exact: a key's expiry moving later rescans its chunk
+// only if it was the chunk's soonest, and the chunks' soonest expiries
+// only if it was the shard's too. s.mu is held.
+func (s *gcraShard) changed(g *GCRA, i int, old, x int64) {
+	ch := s.chunk(g)
+	c := i >> chunkShift
+	if x <= ch[c] {
+		if x < ch[c] {
+			ch[c] = x
+			if x < s.next {
+				s.setNext(g, x)
+			}
+		}
+		return
+	}
+	if old != ch[c] {
+		return // the chunk's soonest is another key's, unchanged
+	}
+	lo := c << chunkShift
+	m := s.soonestIn(g, lo, min(lo+1<<chunkShift, len(s.slots)))
+	if m == old {
+		return // another key expires at the same time
+	}
+	ch[c] = m
+	if old == s.next {
+		s.setNext(g, s.soonestChunk(g))
+	}
+}
+
+// soonestIn returns the soonest expiry of a key in slots lo to hi-1,
+// math.MaxInt64 if none.
+func (s *gcraShard) soonestIn(g *GCRA, lo, hi int) int64 {
+	m := int64(math.MaxInt64)
+	for i := lo; i < hi; i++ {
+		if e := &s.slots[i]; e.tag > tombstone {
+			m = min(m, g.expiry(e))
+		}
+	}
+	return m
+}
+
+// chunks returns the number of chunks of the shard's slots.
+func (s *gcraShard) chunks() int {
+	return (len(s.slots) + 1<<chunkShift - 1) >> chunkShift
+}
+
+// soonestChunk returns the least of the chunks' soonest expiries.
+func (s *gcraShard) soonestChunk(g *GCRA) int64 {
+	m := int64(math.MaxInt64)
+	for _, x := range s.chunk(g)[:s.chunks()] {
+		m = min(m, x)
+	}
+	return m
+}
+
+// chunk returns the shard's chunks' soonest expiries: chunk(g)[c] is the
+// soonest expiry of a key held in slots c<<chunkShift to
+// (c+1)<<chunkShift - 1, exactly, math.MaxInt64 if none. s.mu is held.
+func (s *gcraShard) chunk(g *GCRA) []int64 {
+	i := int(s.id) * shardChunks
+	return g.chunks[i : i+shardChunks : i+shardChunks]
+}
+
+// clearChunks records every chunk as holding no key, before keys are
+// placed again.
+func (s *gcraShard) clearChunks(g *GCRA) {
+	ch := s.chunk(g)
+	for c := range ch {
+		ch[c] = math.MaxInt64
+	}
+}
+
+// place moves e to the first empty slot on its probe sequence, recording
+// its expiry in that slot's chunk.
+func (s *gcraShard) place(g *GCRA, e gcraSlot) {
+	i := s.firstEmpty(g, e.tag)
+	s.slots[i] = e
+	ch := s.chunk(g)
+	c := i >> chunkShift
+	ch[c] = min(ch[c], g.expiry(&e))
 }
 
 // lookup scans tag's probe sequence from its home slot to the key's slot or
@@ -721,13 +850,15 @@ func (s *gcraShard) store(g *GCRA, i int, tat gcra.Time) {
 	s.put(g, i, s.slots[i].tag&^g.fracMask, tat)
 }
 
-// put stores a key's tag and TAT in slot i.
+// put stores a key's tag and TAT in slot i. s.mu is held.
 func (s *gcraShard) put(g *GCRA, i int, tag uint64, tat gcra.Time) {
-	s.slots[i] = gcraSlot{tag: tag | tat.Frac, tat: tat.NS}
-	if x := g.expiry(&s.slots[i]); x < s.next {
-		s.next = x
-		g.lower(s.id, x)
+	e := &s.slots[i]
+	old := int64(math.MaxInt64)
+	if e.tag > tombstone {
+		old = g.expiry(e)
 	}
+	*e = gcraSlot{tag: tag | tat.Frac, tat: tat.NS}
+	s.changed(g, i, old, g.expiry(e))
 }
 
 // setSlots makes slots the shard's, and publishes where they are for
@@ -757,20 +888,25 @@ func (s *gcraShard) purge(g *GCRA, now int64) int {
 		testHookScan(len(s.slots))
 	}
 	freed := 0
-	next := int64(math.MaxInt64)
-	for i := range s.slots {
-		e := &s.slots[i]
-		switch {
-		case e.tag <= tombstone:
-		case g.expired(e, now):
-			e.tag = tombstone
-			freed++
-		default:
-			next = min(next, g.expiry(e))
+	ch := s.chunk(g)
+	for c := range s.chunks() {
+		lo := c << chunkShift
+		m := int64(math.MaxInt64)
+		for i := lo; i < min(lo+1<<chunkShift, len(s.slots)); i++ {
+			e := &s.slots[i]
+			switch {
+			case e.tag <= tombstone:
+			case g.expired(e, now):
+				e.tag = tombstone
+				freed++
+			default:
+				m = min(m, g.expiry(e))
+			}
 		}
+		ch[c] = m
 	}
 	s.held -= int32(freed)
-	s.setNext(g, next)
+	s.setNext(g, s.soonestChunk(g))
 	g.keys.Add(int64(-freed))
 	return freed
 }
@@ -814,7 +950,6 @@ func (s *gcraShard) compact(g *GCRA) {
 		testHookScan(2 * len(s.slots))
 	}
 	start := -1
-	next := int64(math.MaxInt64)
 	for i := range s.slots {
 		e := &s.slots[i]
 		switch e.tag {
@@ -824,11 +959,8 @@ func (s *gcraShard) compact(g *GCRA) {
 			}
 		case tombstone:
 			*e = gcraSlot{}
-		default:
-			next = min(next, g.expiry(e))
 		}
 	}
-	s.setNext(g, next)
 	s.used = s.held
 	if start < 0 {
 		// Every slot was used, by keys or tombstones: never so in the
@@ -836,6 +968,7 @@ func (s *gcraShard) compact(g *GCRA) {
 		s.rebuild(g, len(s.slots))
 		return
 	}
+	s.clearChunks(g)
 	mask := len(s.slots) - 1
 	for k := 1; k < len(s.slots); k++ {
 		i := (start + k) & mask
@@ -844,8 +977,9 @@ func (s *gcraShard) compact(g *GCRA) {
 			continue
 		}
 		s.slots[i] = gcraSlot{}
-		s.slots[s.firstEmpty(g, e.tag)] = e
+		s.place(g, e)
 	}
+	s.setNext(g, s.soonestChunk(g))
 }
 
 // firstEmpty returns the first empty slot on the probe sequence of tag.
@@ -867,13 +1001,12 @@ func (s *gcraShard) rebuild(g *GCRA, size int) {
 	}
 	old := s.slots
 	s.setSlots(make([]gcraSlot, size))
-	next := int64(math.MaxInt64)
+	s.clearChunks(g)
 	for _, e := range old {
 		if e.tag > tombstone {
-			s.slots[s.firstEmpty(g, e.tag)] = e
-			next = min(next, g.expiry(&e))
+			s.place(g, e)
 		}
 	}
-	s.setNext(g, next)
+	s.setNext(g, s.soonestChunk(g))
 	s.used = s.held
 }
