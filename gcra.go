@@ -121,11 +121,16 @@ type GCRA struct {
 	// soonest: soon[0][i] is shard i's next, each node of soon[l] the least
 	// of its children in soon[l-1], and the one node of the last level the
 	// least of all.
-	soon  [][]atomic.Int64
-	live  atomic.Bool   // a request has been decided by the real clock
-	dated atomic.Int64  // the latest date given, as far as the real clock
-	keys  atomic.Int64  // slots holding a key, expired or not, in all shards
-	full  atomic.Uint64 // requests refused with ReasonTableFull
+	soon [][]atomic.Int64
+	// swept is the number of shards, from the first, whose chunks' and
+	// own soonest expiries are kept exactly (see sweep); the others keep
+	// only a time no later than their soonest expiry, as next.
+	swept     atomic.Int64
+	sweepFrom int64         // the number of keys held from which new keys sweep
+	live      atomic.Bool   // a request has been decided by the real clock
+	dated     atomic.Int64  // the latest date given, as far as the real clock
+	keys      atomic.Int64  // slots holding a key, expired or not, in all shards
+	full      atomic.Uint64 // requests refused with ReasonTableFull
 }
 
 // soonFan is the number of children of a node of soon: two cache lines.
@@ -241,6 +246,9 @@ func newGCRA(limit int, period time.Duration, opts []Option) (*GCRA, error) {
 			break
 		}
 	}
+	// Each new key held from 2n below the cap sweeps a shard: by the cap,
+	// every shard is swept, even if half the sweeps race with others.
+	g.sweepFrom = g.maxKeys - 2*int64(n)
 	g.dated.Store(math.MinInt64)
 	g.start = time.Now()
 	return g, nil
@@ -404,7 +412,7 @@ func (g *GCRA) Refund(_ context.Context, key string, d Decision) error {
 	if i < 0 {
 		return nil
 	}
-	s.store(g, i, g.p.Refund(s.load(g, i), charged, gcra.Time{NS: clock}, d.Cost, rounded))
+	s.store(g, i, g.p.Refund(s.load(g, i), charged, gcra.Time{NS: clock}, d.Cost, rounded), clock)
 	return nil
 }
 
@@ -416,10 +424,11 @@ func (g *GCRA) Reset(key string) {
 	s, tag := g.shardOf(h), g.tagOf(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i, _ := s.lookup(g, tag, g.clock(g.now())); i >= 0 {
+	clock := g.clock(g.now())
+	if i, _ := s.lookup(g, tag, clock); i >= 0 {
 		old := g.expiry(&s.slots[i])
 		s.slots[i].tag = tombstone
-		s.changed(g, i, old, math.MaxInt64)
+		s.changed(g, i, old, math.MaxInt64, clock)
 		s.held--
 		g.keys.Add(-1)
 	}
@@ -503,11 +512,11 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 		tat := g.p.Add(gcra.Time{NS: now}, after)
 		switch {
 		case i >= 0:
-			s.store(g, i, tat)
+			s.store(g, i, tat, clock)
 		case free >= 0 && s.slots[free].tag > tombstone:
 			// An expired key's place: the count of keys is unchanged.
 			if charge {
-				s.put(g, free, tag, tat)
+				s.put(g, free, tag, tat, clock)
 			}
 		case free >= 0 && !charge && g.keys.Load() < g.maxKeys:
 			// A Peek that would find room.
@@ -516,9 +525,14 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 				s.used++
 			}
 			s.held++
-			s.put(g, free, tag, tat)
+			s.put(g, free, tag, tat, clock)
 			if 4*int(s.used) > 3*len(s.slots) {
 				s.maintain(g, clock)
+			}
+			if g.swept.Load() < int64(len(g.shards)) && g.keys.Load() >= g.sweepFrom {
+				s.mu.Unlock()
+				g.sweep()
+				return g.decision(g.p.Report(true, after, cost), reason, n, now, tat)
 			}
 		default:
 			// The table is at its cap, or this shard is full: free the
@@ -530,6 +544,7 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 			}
 			s.mu.Unlock()
 			if freed == 0 && attempt == 0 {
+				g.sweep()
 				freed = g.reclaim(clock)
 			}
 			if freed == 0 || attempt > 1 {
@@ -602,6 +617,40 @@ func (g *GCRA) reserve() bool {
 	}
 }
 
+// sweep computes again the chunks' and own soonest expiries of the first
+// shard not swept, if any, and from then on its soonest expiries are kept
+// exactly: one pass over one shard. New keys sweep once the table is near
+// its cap, so that each shard is swept once in the GCRA's life, by the
+// time the table is full; until then, charging a key again costs nothing
+// more than recording its TAT. It is called with no lock held.
+func (g *GCRA) sweep() {
+	for range 2 {
+		i := g.swept.Load()
+		if i >= int64(len(g.shards)) {
+			return
+		}
+		s := &g.shards[i]
+		s.mu.Lock()
+		done := g.swept.Load() == i
+		if done {
+			if testHookScan != nil {
+				testHookScan(len(s.slots))
+			}
+			ch := s.chunk(g)
+			for c := range s.chunks() {
+				lo := c << chunkShift
+				ch[c] = s.soonestIn(g, lo, min(lo+1<<chunkShift, len(s.slots)), math.MinInt64)
+			}
+			s.setNext(g, s.soonestChunk(g), g.clock(g.now()))
+			g.swept.Store(i + 1)
+		}
+		s.mu.Unlock()
+		if done {
+			return
+		}
+	}
+}
+
 // reclaimPurges is how many shards reclaim may purge for one new key at
 // the cap: one, and a second only when calls racing with it changed the
 // shard the tree pointed to.
@@ -623,6 +672,9 @@ func (g *GCRA) reclaim(clock int64) int {
 		}
 		s := &g.shards[g.soonest()]
 		s.mu.Lock()
+		// The shard's state may be newer than clock: judge it by the clock
+		// as it is now.
+		clock = max(clock, g.clock(g.now()))
 		freed := 0
 		if s.next <= clock {
 			freed = s.purge(g, clock)
@@ -703,57 +755,80 @@ func (g *GCRA) raise(i int, v int64) {
 	}
 }
 
-// setNext sets the shard's next, computed exactly, and records it in soon.
-// s.mu is held.
-func (s *gcraShard) setNext(g *GCRA, next int64) {
-	old := s.next
+// setNext sets the shard's next, computed exactly, and records it in soon:
+// exactly, unless the shard holds a key expired at clock, g's clock, when
+// soon may hold an earlier time, raised only once no key held has expired.
+// So the shard soon points to holds a key expired by g's clock if any
+// shard does. s.mu is held.
+func (s *gcraShard) setNext(g *GCRA, next, clock int64) {
 	s.next = next
+	leaf := g.soon[0][s.id].Load()
 	switch {
-	case next < old:
+	case next < leaf:
 		g.lower(int(s.id), next)
-	case next > old:
+	case next > leaf && next > clock:
 		g.raise(int(s.id), next)
 	}
 }
 
 // changed records that slot i's expiry went from old to x, either
-// math.MaxInt64 for no key, keeping the chunk's soonest expiry, the
-// shard's and soon exact: a key's expiry moving later rescans its chunk
-// only if it was the chunk's soonest, and the chunks' soonest expiries
-// only if it was the shard's too. s.mu is held.
-func (s *gcraShard) changed(g *GCRA, i int, old, x int64) {
+// math.MaxInt64 for no key; clock is g's clock. In a swept shard, each
+// chunk's recorded soonest expiry is no later than any key's there, and is
+// exact unless the chunk holds a key expired by the clock; the shard's
+// next is the least of them, and soon holds it, or an earlier time while
+// next is not ahead of the clock. So a key charged again rescans its chunk
+// only if it expired soonest there or had expired, and stops at a key
+// expiring as soon or expired; the chunks' soonest expiries are read again
+// only if the chunk's was the shard's. s.mu is held.
+func (s *gcraShard) changed(g *GCRA, i int, old, x, clock int64) {
+	if int64(s.id) >= g.swept.Load() {
+		// Not swept yet: next is kept no later than any key's expiry.
+		if x < s.next {
+			s.next = x
+			g.lower(int(s.id), x)
+		}
+		return
+	}
 	ch := s.chunk(g)
 	c := i >> chunkShift
 	if x <= ch[c] {
 		if x < ch[c] {
 			ch[c] = x
 			if x < s.next {
-				s.setNext(g, x)
+				s.setNext(g, x, clock)
 			}
 		}
 		return
 	}
-	if old != ch[c] {
-		return // the chunk's soonest is another key's, unchanged
+	if old > clock && old != ch[c] {
+		return // a key in use, not the chunk's soonest: nothing recorded moves
 	}
-	lo := c << chunkShift
-	m := s.soonestIn(g, lo, min(lo+1<<chunkShift, len(s.slots)))
-	if m == old {
-		return // another key expires at the same time
+	// From slot i on, the slots the key's probe sequence just read.
+	floor := max(ch[c], clock)
+	lo, hi := c<<chunkShift, min((c+1)<<chunkShift, len(s.slots))
+	m := s.soonestIn(g, i+1, hi, floor)
+	if m > floor {
+		m = min(m, s.soonestIn(g, lo, i+1, floor))
 	}
+	if m <= floor {
+		return // a key expires as soon, or has expired
+	}
+	was := ch[c]
 	ch[c] = m
-	if old == s.next {
-		s.setNext(g, s.soonestChunk(g))
+	if was == s.next {
+		s.setNext(g, s.soonestChunk(g), clock)
 	}
 }
 
 // soonestIn returns the soonest expiry of a key in slots lo to hi-1,
-// math.MaxInt64 if none.
-func (s *gcraShard) soonestIn(g *GCRA, lo, hi int) int64 {
+// math.MaxInt64 if none, or the first found at or before floor.
+func (s *gcraShard) soonestIn(g *GCRA, lo, hi int, floor int64) int64 {
 	m := int64(math.MaxInt64)
 	for i := lo; i < hi; i++ {
 		if e := &s.slots[i]; e.tag > tombstone {
-			m = min(m, g.expiry(e))
+			if m = min(m, g.expiry(e)); m <= floor {
+				return m
+			}
 		}
 	}
 	return m
@@ -845,20 +920,21 @@ func (s *gcraShard) load(g *GCRA, i int) gcra.Time {
 	return gcra.Time{NS: s.slots[i].tat, Frac: s.slots[i].tag & g.fracMask}
 }
 
-// store sets the TAT of slot i, which holds a key.
-func (s *gcraShard) store(g *GCRA, i int, tat gcra.Time) {
-	s.put(g, i, s.slots[i].tag&^g.fracMask, tat)
+// store sets the TAT of slot i, which holds a key; clock is g's clock.
+func (s *gcraShard) store(g *GCRA, i int, tat gcra.Time, clock int64) {
+	s.put(g, i, s.slots[i].tag&^g.fracMask, tat, clock)
 }
 
-// put stores a key's tag and TAT in slot i. s.mu is held.
-func (s *gcraShard) put(g *GCRA, i int, tag uint64, tat gcra.Time) {
+// put stores a key's tag and TAT in slot i; clock is g's clock. s.mu is
+// held.
+func (s *gcraShard) put(g *GCRA, i int, tag uint64, tat gcra.Time, clock int64) {
 	e := &s.slots[i]
 	old := int64(math.MaxInt64)
 	if e.tag > tombstone {
 		old = g.expiry(e)
 	}
 	*e = gcraSlot{tag: tag | tat.Frac, tat: tat.NS}
-	s.changed(g, i, old, g.expiry(e))
+	s.changed(g, i, old, g.expiry(e), clock)
 }
 
 // setSlots makes slots the shard's, and publishes where they are for
@@ -906,7 +982,7 @@ func (s *gcraShard) purge(g *GCRA, now int64) int {
 		ch[c] = m
 	}
 	s.held -= int32(freed)
-	s.setNext(g, s.soonestChunk(g))
+	s.setNext(g, s.soonestChunk(g), now)
 	g.keys.Add(int64(-freed))
 	return freed
 }
@@ -932,9 +1008,9 @@ func (s *gcraShard) maintain(g *GCRA, now int64) {
 	// No key held has expired now: s.next is no later than any key's TAT.
 	switch {
 	case !full && 2*int(s.held) > len(s.slots):
-		s.rebuild(g, 2*len(s.slots))
+		s.rebuild(g, 2*len(s.slots), now)
 	case 8*int(s.used-s.held) >= len(s.slots):
-		s.compact(g)
+		s.compact(g, now)
 	}
 }
 
@@ -945,7 +1021,7 @@ func (s *gcraShard) maintain(g *GCRA, now int64) {
 // and no key is left behind an empty slot on its way. (A cleared tombstone
 // will not do: sequences cross it.) s.mu is held, and no key held has
 // expired (maintain purges first).
-func (s *gcraShard) compact(g *GCRA) {
+func (s *gcraShard) compact(g *GCRA, now int64) {
 	if testHookScan != nil {
 		testHookScan(2 * len(s.slots))
 	}
@@ -965,7 +1041,7 @@ func (s *gcraShard) compact(g *GCRA) {
 	if start < 0 {
 		// Every slot was used, by keys or tombstones: never so in the
 		// table, which maintains shards before they fill.
-		s.rebuild(g, len(s.slots))
+		s.rebuild(g, len(s.slots), now)
 		return
 	}
 	s.clearChunks(g)
@@ -979,7 +1055,7 @@ func (s *gcraShard) compact(g *GCRA) {
 		s.slots[i] = gcraSlot{}
 		s.place(g, e)
 	}
-	s.setNext(g, s.soonestChunk(g))
+	s.setNext(g, s.soonestChunk(g), now)
 }
 
 // firstEmpty returns the first empty slot on the probe sequence of tag.
@@ -995,7 +1071,7 @@ func (s *gcraShard) firstEmpty(g *GCRA, tag uint64) int {
 // rebuild moves the shard's keys into size new slots, leaving out
 // tombstones: the shard grows. s.mu is held, and no key held has expired
 // (maintain purges first).
-func (s *gcraShard) rebuild(g *GCRA, size int) {
+func (s *gcraShard) rebuild(g *GCRA, size int, now int64) {
 	if testHookScan != nil {
 		testHookScan(len(s.slots))
 	}
@@ -1007,6 +1083,6 @@ func (s *gcraShard) rebuild(g *GCRA, size int) {
 			s.place(g, e)
 		}
 	}
-	s.setNext(g, s.soonestChunk(g))
+	s.setNext(g, s.soonestChunk(g), now)
 	s.used = s.held
 }
