@@ -80,20 +80,31 @@ const maxSpan = gcra.MaxSpan
 // (under a seed drawn for each GCRA) and its TAT, stored inline, so a
 // decision costs one hash, one lock, one clock read and, for a key not
 // recently used, one cache miss. Shards grow by doubling, up to the size
-// that keeps them three-quarters full at MaxKeys: about 22 bytes per key
-// at the cap. No call does work proportional to the table: a call scans at
-// most one shard's probe sequence, and making room for a new key at the
-// cap (marking expired entries free) sweeps at most three shards, its own
-// and the two whose keys expire soonest, found in a tree of each shard's
-// soonest expiry; so does growing a shard. No goroutine runs in the
-// background.
+// that keeps them three-quarters full at MaxKeys: about 23 bytes per key
+// at the cap. No goroutine runs in the background.
 //
-// A shard's soonest expiry is recorded exactly when it is swept or a key
-// is added to it, and stays early once the key that expires soonest is
-// charged again. So a new key at the cap is refused only when no key held
-// has expired, or when, before the shard holding an expired key, the two
-// shards swept were such shards, swept since a key expired in them: each
-// refusal sweeps two of them, which records their expiry exactly again.
+// ReasonTableFull is exact: a new key is refused only when every key held
+// owes something by the GCRA's clock, or when calls racing with it take
+// first the places it freed (or, at a table's first fill, in the rare
+// case below). Each shard records the soonest expiry of its
+// keys, and of each chunk of 16 of its slots, exactly, or a time no later
+// while the chunk holds a key already expired; a tree of the shards'
+// records shows the shard holding an expired key, if any does. Shards
+// start keeping these records as the table nears its cap: each new key
+// held from twice the number of shards below the cap sweeps one shard, so
+// that all are swept by the time the table is full (calls racing with each
+// other may leave a few to the first refusals at the cap, each of which
+// sweeps one). Until then, charging a key costs nothing more than storing
+// its TAT.
+//
+// No call does work proportional to the table: a call scans at most one
+// shard's probe sequence and, if the key it charges expired soonest in its
+// chunk or had expired, the rest of that chunk, stopping at an expired key,
+// and then at most the shard's chunk records; making room for a new key at
+// the cap (marking expired entries free) sweeps at most four shards, its
+// own, one not swept yet and the one the tree shows, and a second one
+// only if calls racing with it changed the first; so does growing a
+// shard.
 //
 // Two keys whose hashes agree in the bits kept share one budget: among a
 // million keys in use, the odds that any two do are about 1 in 5 million
@@ -147,8 +158,8 @@ const tombstone = 1
 // chunkShift sets the slots of a chunk, 1<<chunkShift: a shard keeps the
 // soonest expiry of each chunk of its slots, so that when the key expiring
 // soonest is charged again the shard's soonest expiry is found again from
-// one chunk (512 bytes) and the chunks' soonest expiries.
-const chunkShift = 5
+// one chunk (256 bytes) and the chunks' soonest expiries.
+const chunkShift = 4
 
 // gcraShard is one part of the table: a power-of-two ring of slots probed
 // linearly from a key's home slot, under its own lock.
@@ -667,13 +678,14 @@ const reclaimPurges = 2
 func (g *GCRA) reclaim(clock int64) int {
 	top := &g.soon[len(g.soon)-1][0]
 	for range reclaimPurges {
+		// Shards' states may be newer than clock: judge them by the clock
+		// as it is now.
+		clock = max(clock, g.clock(g.now()))
 		if top.Load() > clock {
 			return 0 // no key held has expired
 		}
 		s := &g.shards[g.soonest()]
 		s.mu.Lock()
-		// The shard's state may be newer than clock: judge it by the clock
-		// as it is now.
 		clock = max(clock, g.clock(g.now()))
 		freed := 0
 		if s.next <= clock {
