@@ -85,17 +85,16 @@ const maxSpan = gcra.MaxSpan
 //
 // ReasonTableFull is exact: a new key is refused only when every key held
 // owes something by the GCRA's clock, or when calls racing with it take
-// first the places it freed (or, at a table's first fill, in the rare
-// case below). Each shard records the soonest expiry of its
-// keys, and of each chunk of 16 of its slots, exactly, or a time no later
-// while the chunk holds a key already expired; a tree of the shards'
-// records shows the shard holding an expired key, if any does. Shards
-// start keeping these records as the table nears its cap: each new key
-// held from twice the number of shards below the cap sweeps one shard, so
-// that all are swept by the time the table is full (calls racing with each
-// other may leave a few to the first refusals at the cap, each of which
-// sweeps one). Until then, charging a key costs nothing more than storing
-// its TAT.
+// first the places it freed (or, at a table's first fill, in the rare case
+// below). Each shard records the soonest expiry of its keys, and of each
+// chunk of 32 of its slots, exactly, or a time no later while the chunk
+// holds a key already expired; a tree of the shards' records shows the
+// shard holding an expired key, if any does. Shards start keeping these
+// records as the table nears its cap: each new key held from twice the
+// number of shards below the cap sweeps one shard, so that all are swept
+// by the time the table is full (calls racing with each other may leave a
+// few to the first refusals at the cap, each of which sweeps one). Until
+// then, charging a key costs nothing more than storing its TAT.
 //
 // No call does work proportional to the table: a call scans at most one
 // shard's probe sequence and, if the key it charges expired soonest in its
@@ -158,15 +157,15 @@ const tombstone = 1
 // chunkShift sets the slots of a chunk, 1<<chunkShift: a shard keeps the
 // soonest expiry of each chunk of its slots, so that when the key expiring
 // soonest is charged again the shard's soonest expiry is found again from
-// one chunk (256 bytes) and the chunks' soonest expiries.
-const chunkShift = 4
+// one chunk (512 bytes) and the chunks' soonest expiries.
+const chunkShift = 5
 
 // gcraShard is one part of the table: a power-of-two ring of slots probed
 // linearly from a key's home slot, under its own lock.
 type gcraShard struct {
 	mu    sync.Mutex
 	slots []gcraSlot
-	next  int64 // the soonest expiry of a key held, exactly (see expiry)
+	next  int64 // no key held expires before this (see expiry, changed)
 	used  int32 // slots not empty: holding a key, or a tombstone
 	held  int32 // slots holding a key, expired or not
 	// base and mask locate slots without the lock, for prefetching only:
