@@ -756,6 +756,9 @@ func (g *GCRA) raise(i int, v int64) {
 			if c == m {
 				break
 			}
+			if testHookRaise != nil {
+				testHookRaise()
+			}
 			if node.CompareAndSwap(c, m) {
 				changed = true
 			}
@@ -963,6 +966,10 @@ func (s *gcraShard) prefetchHome(g *GCRA, tag uint64) {
 		prefetch(base + uintptr(int32(tag>>g.fracBits)&s.mask.Load())*unsafe.Sizeof(gcraSlot{}))
 	}
 }
+
+// testHookRaise, if set by a test, is called by raise between reading a
+// node's children and writing the node.
+var testHookRaise func()
 
 // testHookScan, if set by a test, is told how many slots each pass over a
 // whole shard looks at.

@@ -231,8 +231,69 @@ func TestGCRASoonestExactConcurrent(t *testing.T) {
 					}()
 				}
 				wg.Wait()
+				if g.TableFull() == 0 {
+					t.Errorf("no new key refused: the test needs the table kept full")
+				}
 				checkSoonest(t, g)
 			})
 		})
+	}
+}
+
+// TestGCRAExpiredKeysChargedAgain fills a one-shard table to its cap with
+// two keys that expire a second apart and others owing long, then charges
+// the two again once both have expired: after the first, the record of
+// their chunk may stay early, as the other still has expired; after the
+// second it must be exact again, and a new key finds the table full.
+func TestGCRAExpiredKeysChargedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewGCRA(2, 20*time.Second, WithMaxKeys(16)) // T = 10s, burst 2
+		if len(g.shards) != 1 || g.shardMax > 1<<chunkShift {
+			t.Fatalf("%d shards of up to %d slots: the test needs one chunk", len(g.shards), g.shardMax)
+		}
+		g.AllowN("a", 1) // owes until 10s
+		time.Sleep(time.Second)
+		g.AllowN("b", 1) // until 11s
+		for i := range 14 {
+			g.AllowN(fmt.Sprint("k", i), 2) // until 21s
+		}
+		checkSoonest(t, g)
+		time.Sleep(11 * time.Second)
+		for _, k := range []string{"a", "b"} {
+			if d := g.AllowN(k, 1); !d.Allowed {
+				t.Fatalf("%s refused once expired: %+v", k, d)
+			}
+			checkSoonest(t, g)
+		}
+		if got, want := g.shards[0].next, int64(21*time.Second); got != want {
+			t.Errorf("next %v, want the soonest expiry, 21s", time.Duration(got))
+		}
+		if d := g.Allow("new"); d.Reason != ReasonTableFull {
+			t.Errorf("a new key with every key in use: %+v", d)
+		}
+	})
+}
+
+// TestGCRARaiseRacingLower lowers a shard's record in soon while another
+// shard's raise has read the children of their node and not yet written
+// it: the raise reads them again, and the node ends the least of them.
+func TestGCRARaiseRacingLower(t *testing.T) {
+	g := NewGCRA(1, time.Hour, WithMaxKeys(2000))
+	if len(g.shards) < 2 || len(g.soon) != 2 {
+		t.Fatalf("%d shards, %d levels: the test needs two shards under one node", len(g.shards), len(g.soon))
+	}
+	g.lower(0, 5)
+	g.lower(1, 7)
+	once := false
+	testHookRaise = func() {
+		if !once {
+			once = true
+			g.lower(1, 5) // the node already holds 5: the lower stops there
+		}
+	}
+	defer func() { testHookRaise = nil }()
+	g.raise(0, 9)
+	if got := g.soon[1][0].Load(); got != 5 {
+		t.Errorf("root %d after raising shard 0 to 9 while shard 1 was lowered to 5", got)
 	}
 }
