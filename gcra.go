@@ -80,20 +80,30 @@ const maxSpan = gcra.MaxSpan
 // (under a seed drawn for each GCRA) and its TAT, stored inline, so a
 // decision costs one hash, one lock, one clock read and, for a key not
 // recently used, one cache miss. Shards grow by doubling, up to the size
-// that keeps them three-quarters full at MaxKeys: about 22 bytes per key
-// at the cap. No call does work proportional to the table: a call scans at
-// most one shard's probe sequence, and making room for a new key at the
-// cap (marking expired entries free) sweeps at most three shards, its own
-// and the two whose keys expire soonest, found in a tree of each shard's
-// soonest expiry; so does growing a shard. No goroutine runs in the
-// background.
+// that keeps them three-quarters full at MaxKeys: about 23 bytes per key
+// at the cap. No goroutine runs in the background.
 //
-// A shard's soonest expiry is recorded exactly when it is swept or a key
-// is added to it, and stays early once the key that expires soonest is
-// charged again. So a new key at the cap is refused only when no key held
-// has expired, or when, before the shard holding an expired key, the two
-// shards swept were such shards, swept since a key expired in them: each
-// refusal sweeps two of them, which records their expiry exactly again.
+// ReasonTableFull is exact: a new key is refused only when every key held
+// owes something by the GCRA's clock, or when calls racing with it take
+// first the places it freed (or, at a table's first fill, in the rare case
+// below). Each shard records the soonest expiry of its keys, and of each
+// chunk of 32 of its slots, exactly, or a time no later while the chunk
+// holds a key already expired; a tree of the shards' records shows the
+// shard holding an expired key, if any does. Shards start keeping these
+// records as the table nears its cap: each new key held from twice the
+// number of shards below the cap sweeps one shard, so that all are swept
+// by the time the table is full (calls racing with each other may leave a
+// few to the first refusals at the cap, each of which sweeps one). Until
+// then, charging a key costs nothing more than storing its TAT.
+//
+// No call does work proportional to the table: a call scans at most one
+// shard's probe sequence and, if the key it charges expired soonest in its
+// chunk or had expired, the rest of that chunk, stopping at an expired key,
+// and then at most the shard's chunk records; making room for a new key at
+// the cap (marking expired entries free) sweeps at most four shards, its
+// own, one not swept yet and the one the tree shows, and a second one
+// only if calls racing with it changed the first; so does growing a
+// shard.
 //
 // Two keys whose hashes agree in the bits kept share one budget: among a
 // million keys in use, the odds that any two do are about 1 in 5 million
@@ -113,18 +123,28 @@ type GCRA struct {
 	fracMask uint64 // 1<<fracBits - 1
 	shardMax int    // slots a shard grows to, at most
 	shards   []gcraShard
-	// soon is a tournament tree over the shards, read without a lock to
-	// find the shard whose keys expire soonest: soon[leaves+i] is no later
-	// than the soonest expiry in shard i (its next), each inner node the
-	// least of its children, soon[1] the least of all.
-	soon   []atomic.Int64
-	leaves int
-	live   atomic.Bool   // a request has been decided by the real clock
-	dated  atomic.Int64  // the latest date given, as far as the real clock
-	keys   atomic.Int64  // slots holding a key, expired or not, in all shards
-	full   atomic.Uint64 // requests refused with ReasonTableFull
-	soonMu sync.Mutex    // serialises raising values in soon
+	// chunks holds each shard's chunks' soonest expiries, shardChunks a
+	// shard (see gcraShard.chunk), out of the shards' cache line.
+	chunks []int64
+	// soon is a tree of the shards' soonest expiries, soonFan children to
+	// a node, read without a lock to find the shard whose keys expire
+	// soonest: soon[0][i] is shard i's next, each node of soon[l] the least
+	// of its children in soon[l-1], and the one node of the last level the
+	// least of all.
+	soon [][]atomic.Int64
+	// swept is the number of shards, from the first, whose chunks' and
+	// own soonest expiries are kept exactly (see sweep); the others keep
+	// only a time no later than their soonest expiry, as next.
+	swept     atomic.Int64
+	sweepFrom int64         // the number of keys held from which new keys sweep
+	live      atomic.Bool   // a request has been decided by the real clock
+	dated     atomic.Int64  // the latest date given, as far as the real clock
+	keys      atomic.Int64  // slots holding a key, expired or not, in all shards
+	full      atomic.Uint64 // requests refused with ReasonTableFull
 }
+
+// soonFan is the number of children of a node of soon: two cache lines.
+const soonFan = 16
 
 // shardSlots is the most slots a shard holds: 16 KiB, the most one call
 // scans.
@@ -134,12 +154,18 @@ const shardSlots = 1024
 // the top bit set; an empty slot's tag is 0.
 const tombstone = 1
 
+// chunkShift sets the slots of a chunk, 1<<chunkShift: a shard keeps the
+// soonest expiry of each chunk of its slots, so that when the key expiring
+// soonest is charged again the shard's soonest expiry is found again from
+// one chunk (512 bytes) and the chunks' soonest expiries.
+const chunkShift = 5
+
 // gcraShard is one part of the table: a power-of-two ring of slots probed
 // linearly from a key's home slot, under its own lock.
 type gcraShard struct {
 	mu    sync.Mutex
 	slots []gcraSlot
-	next  int64 // no key held expires before this (see expiry)
+	next  int64 // no key held expires before this (see expiry, changed)
 	used  int32 // slots not empty: holding a key, or a tombstone
 	held  int32 // slots holding a key, expired or not
 	// base and mask locate slots without the lock, for prefetching only:
@@ -148,6 +174,9 @@ type gcraShard struct {
 	mask atomic.Int32
 	id   int32 // the shard's index in the table, its leaf in soon
 }
+
+// shardChunks is the most chunks a shard has.
+const shardChunks = shardSlots >> chunkShift
 
 // gcraSlot is one key's state: its tag (hash bits) with, in the low
 // fracBits bits, the fraction of its TAT; and the TAT's whole nanoseconds
@@ -204,18 +233,32 @@ func newGCRA(limit int, period time.Duration, opts []Option) (*GCRA, error) {
 		g.shardMax *= 2
 	}
 	g.shards = make([]gcraShard, n) // slots are made on first use
+	g.chunks = make([]int64, n*shardChunks)
+	for i := range g.chunks {
+		g.chunks[i] = math.MaxInt64
+	}
 	for i := range g.shards {
 		g.shards[i].next = math.MaxInt64
 		g.shards[i].id = int32(i)
 	}
-	g.leaves = 1
-	for g.leaves < n {
-		g.leaves *= 2
+	// Each level holds whole groups of soonFan children; the last, one node.
+	for width := n; ; width = (width + soonFan - 1) / soonFan {
+		size := width
+		if width > 1 {
+			size = (width + soonFan - 1) / soonFan * soonFan
+		}
+		level := make([]atomic.Int64, size)
+		for i := range level {
+			level[i].Store(math.MaxInt64)
+		}
+		g.soon = append(g.soon, level)
+		if width == 1 {
+			break
+		}
 	}
-	g.soon = make([]atomic.Int64, 2*g.leaves)
-	for i := range g.soon {
-		g.soon[i].Store(math.MaxInt64)
-	}
+	// Each new key held from 2n below the cap sweeps a shard: by the cap,
+	// every shard is swept, even if half the sweeps race with others.
+	g.sweepFrom = g.maxKeys - 2*int64(n)
 	g.dated.Store(math.MinInt64)
 	g.start = time.Now()
 	return g, nil
@@ -379,7 +422,7 @@ func (g *GCRA) Refund(_ context.Context, key string, d Decision) error {
 	if i < 0 {
 		return nil
 	}
-	s.store(g, i, g.p.Refund(s.load(g, i), charged, gcra.Time{NS: clock}, d.Cost, rounded))
+	s.store(g, i, g.p.Refund(s.load(g, i), charged, gcra.Time{NS: clock}, d.Cost, rounded), clock)
 	return nil
 }
 
@@ -391,8 +434,11 @@ func (g *GCRA) Reset(key string) {
 	s, tag := g.shardOf(h), g.tagOf(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i, _ := s.lookup(g, tag, g.clock(g.now())); i >= 0 {
+	clock := g.clock(g.now())
+	if i, _ := s.lookup(g, tag, clock); i >= 0 {
+		old := g.expiry(&s.slots[i])
 		s.slots[i].tag = tombstone
+		s.changed(g, i, old, math.MaxInt64, clock)
 		s.held--
 		g.keys.Add(-1)
 	}
@@ -476,11 +522,11 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 		tat := g.p.Add(gcra.Time{NS: now}, after)
 		switch {
 		case i >= 0:
-			s.store(g, i, tat)
+			s.store(g, i, tat, clock)
 		case free >= 0 && s.slots[free].tag > tombstone:
 			// An expired key's place: the count of keys is unchanged.
 			if charge {
-				s.put(g, free, tag, tat)
+				s.put(g, free, tag, tat, clock)
 			}
 		case free >= 0 && !charge && g.keys.Load() < g.maxKeys:
 			// A Peek that would find room.
@@ -489,9 +535,14 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 				s.used++
 			}
 			s.held++
-			s.put(g, free, tag, tat)
+			s.put(g, free, tag, tat, clock)
 			if 4*int(s.used) > 3*len(s.slots) {
 				s.maintain(g, clock)
+			}
+			if g.swept.Load() < int64(len(g.shards)) && g.keys.Load() >= g.sweepFrom {
+				s.mu.Unlock()
+				g.sweep()
+				return g.decision(g.p.Report(true, after, cost), reason, n, now, tat)
 			}
 		default:
 			// The table is at its cap, or this shard is full: free the
@@ -503,6 +554,7 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 			}
 			s.mu.Unlock()
 			if freed == 0 && attempt == 0 {
+				g.sweep()
 				freed = g.reclaim(clock)
 			}
 			if freed == 0 || attempt > 1 {
@@ -575,30 +627,68 @@ func (g *GCRA) reserve() bool {
 	}
 }
 
+// sweep computes again the chunks' and own soonest expiries of the first
+// shard not swept, if any, and from then on its soonest expiries are kept
+// exactly: one pass over one shard. New keys sweep once the table is near
+// its cap, so that each shard is swept once in the GCRA's life, by the
+// time the table is full; until then, charging a key again costs nothing
+// more than recording its TAT. It is called with no lock held.
+func (g *GCRA) sweep() {
+	for range 2 {
+		i := g.swept.Load()
+		if i >= int64(len(g.shards)) {
+			return
+		}
+		s := &g.shards[i]
+		s.mu.Lock()
+		done := g.swept.Load() == i
+		if done {
+			if testHookScan != nil {
+				testHookScan(len(s.slots))
+			}
+			ch := s.chunk(g)
+			for c := range s.chunks() {
+				lo := c << chunkShift
+				ch[c] = s.soonestIn(g, lo, min(lo+1<<chunkShift, len(s.slots)), math.MinInt64)
+			}
+			s.setNext(g, s.soonestChunk(g), g.clock(g.now()))
+			g.swept.Store(i + 1)
+		}
+		s.mu.Unlock()
+		if done {
+			return
+		}
+	}
+}
+
 // reclaimPurges is how many shards reclaim may purge for one new key at
-// the cap.
+// the cap: one, and a second only when calls racing with it changed the
+// shard the tree pointed to.
 const reclaimPurges = 2
 
 // reclaim frees the places of expired keys in the shard whose keys expire
 // soonest, as soon tells, so that a table at its cap makes room wherever a
-// key has expired, at a bounded cost per call. A shard whose soonest key
-// was charged again since it was last purged may have none expired: it is
-// purged all the same, which tells its soonest expiry again, and the next
-// shard is looked at, up to reclaimPurges. It returns how many places it
-// freed, 0 if no key has expired at clock, g's clock. It is called with
-// no lock held.
+// key has expired, at a bounded cost per call: each shard's soonest expiry
+// is recorded exactly, so the shard soon points to holds an expired key
+// if any shard does, unless a racing call changed it meanwhile, and then
+// the next one is looked at, up to reclaimPurges. It returns how many
+// places it freed, 0 if no key has expired at clock, g's clock. It is
+// called with no lock held.
 func (g *GCRA) reclaim(clock int64) int {
+	top := &g.soon[len(g.soon)-1][0]
 	for range reclaimPurges {
-		if g.soon[1].Load() > clock {
+		// Shards' states may be newer than clock: judge them by the clock
+		// as it is now.
+		clock = max(clock, g.clock(g.now()))
+		if top.Load() > clock {
 			return 0 // no key held has expired
 		}
 		s := &g.shards[g.soonest()]
 		s.mu.Lock()
+		clock = max(clock, g.clock(g.now()))
 		freed := 0
 		if s.next <= clock {
 			freed = s.purge(g, clock)
-		} else {
-			s.setNext(g, s.next)
 		}
 		s.mu.Unlock()
 		if freed > 0 {
@@ -611,64 +701,192 @@ func (g *GCRA) reclaim(clock int64) int {
 // soonest returns the index of a shard whose next is least, as soon tells
 // without a lock: a hint, which the caller checks under the shard's lock.
 func (g *GCRA) soonest() int {
-	j := 1
-	for j < g.leaves {
-		if g.soon[2*j+1].Load() < g.soon[2*j].Load() {
-			j = 2*j + 1
-		} else {
-			j = 2 * j
+	i := 0
+	for l := len(g.soon) - 1; l > 0; l-- {
+		kids := g.soon[l-1][i*soonFan : i*soonFan+soonFan]
+		best, v := 0, kids[0].Load()
+		for j := 1; j < soonFan; j++ {
+			if w := kids[j].Load(); w < v {
+				best, v = j, w
+			}
 		}
+		i = i*soonFan + best
 	}
-	return min(j-g.leaves, len(g.shards)-1)
+	return min(i, len(g.shards)-1)
 }
 
-// lower records in soon that shard i holds a key expiring at v. Lowering
-// needs no lock: each node only ever moves down to v. s.mu of shard i is
-// held.
-func (g *GCRA) lower(i int32, v int64) {
-	for j := g.leaves + int(i); j >= 1; j >>= 1 {
+// lower records in soon that shard i's next is v, earlier than recorded.
+// Lowering needs no lock: each node only ever moves down to v. s.mu of
+// shard i is held.
+func (g *GCRA) lower(i int, v int64) {
+	for l := range g.soon {
+		node := &g.soon[l][i]
 		for {
-			c := g.soon[j].Load()
+			c := node.Load()
 			if c <= v {
 				return
 			}
-			if g.soon[j].CompareAndSwap(c, v) {
+			if node.CompareAndSwap(c, v) {
 				break
 			}
 		}
+		i /= soonFan
 	}
 }
 
-// raise records in soon that shard i's next is v, which may be later than
-// recorded, and recomputes the nodes above it. Each node is read before
-// its children, and written only if unchanged since, so that a concurrent
-// lower is never lost. s.mu of shard i is held.
-func (g *GCRA) raise(i int32, v int64) {
-	g.soonMu.Lock()
-	defer g.soonMu.Unlock()
-	j := g.leaves + int(i)
-	g.soon[j].Store(v)
-	for j >>= 1; j >= 1; j >>= 1 {
+// raise records in soon that shard i's next is v, later than recorded,
+// and recomputes the nodes above it, without a lock. A node is set to the
+// least of its children, read after the node, only if unchanged since,
+// and read again until the two agree: a raise or lower racing with it is
+// never lost, as whichever writes a node last checks it against children
+// it read after writing. s.mu of shard i is held.
+func (g *GCRA) raise(i int, v int64) {
+	g.soon[0][i].Store(v)
+	for l := 1; l < len(g.soon); l++ {
+		i /= soonFan
+		node := &g.soon[l][i]
+		kids := g.soon[l-1][i*soonFan : i*soonFan+soonFan]
+		changed := false
 		for {
-			c := g.soon[j].Load()
-			m := min(g.soon[2*j].Load(), g.soon[2*j+1].Load())
-			if c == m {
-				return
+			c := node.Load()
+			m := kids[0].Load()
+			for j := 1; j < soonFan; j++ {
+				m = min(m, kids[j].Load())
 			}
-			if g.soon[j].CompareAndSwap(c, m) {
+			if c == m {
 				break
 			}
+			if testHookRaise != nil {
+				testHookRaise()
+			}
+			if node.CompareAndSwap(c, m) {
+				changed = true
+			}
+		}
+		if !changed {
+			return // the nodes above are as they were
 		}
 	}
 }
 
-// setNext sets the shard's next, once computed exactly, and records it in
-// soon. s.mu is held.
-func (s *gcraShard) setNext(g *GCRA, next int64) {
+// setNext sets the shard's next, computed exactly, and records it in soon:
+// exactly, unless the shard holds a key expired at clock, g's clock, when
+// soon may hold an earlier time, raised only once no key held has expired.
+// So the shard soon points to holds a key expired by g's clock if any
+// shard does. s.mu is held.
+func (s *gcraShard) setNext(g *GCRA, next, clock int64) {
 	s.next = next
-	if g.soon[g.leaves+int(s.id)].Load() != next {
-		g.raise(s.id, next)
+	leaf := g.soon[0][s.id].Load()
+	switch {
+	case next < leaf:
+		g.lower(int(s.id), next)
+	case next > leaf && next > clock:
+		g.raise(int(s.id), next)
 	}
+}
+
+// changed records that slot i's expiry went from old to x, either
+// math.MaxInt64 for no key; clock is g's clock. In a swept shard, each
+// chunk's recorded soonest expiry is no later than any key's there, and is
+// exact unless the chunk holds a key expired by the clock; the shard's
+// next is the least of them, and soon holds it, or an earlier time while
+// next is not ahead of the clock. So a key charged again rescans its chunk
+// only if it expired soonest there or had expired, and stops at a key
+// expiring as soon or expired; the chunks' soonest expiries are read again
+// only if the chunk's was the shard's. s.mu is held.
+func (s *gcraShard) changed(g *GCRA, i int, old, x, clock int64) {
+	if int64(s.id) >= g.swept.Load() {
+		// Not swept yet: next is kept no later than any key's expiry.
+		if x < s.next {
+			s.next = x
+			g.lower(int(s.id), x)
+		}
+		return
+	}
+	ch := s.chunk(g)
+	c := i >> chunkShift
+	if x <= ch[c] {
+		if x < ch[c] {
+			ch[c] = x
+			if x < s.next {
+				s.setNext(g, x, clock)
+			}
+		}
+		return
+	}
+	if old > clock && old != ch[c] {
+		return // a key in use, not the chunk's soonest: nothing recorded moves
+	}
+	// From slot i on, the slots the key's probe sequence just read.
+	floor := max(ch[c], clock)
+	lo, hi := c<<chunkShift, min((c+1)<<chunkShift, len(s.slots))
+	m := s.soonestIn(g, i+1, hi, floor)
+	if m > floor {
+		m = min(m, s.soonestIn(g, lo, i+1, floor))
+	}
+	if m <= floor {
+		return // a key expires as soon, or has expired
+	}
+	was := ch[c]
+	ch[c] = m
+	if was == s.next {
+		s.setNext(g, s.soonestChunk(g), clock)
+	}
+}
+
+// soonestIn returns the soonest expiry of a key in slots lo to hi-1,
+// math.MaxInt64 if none, or the first found at or before floor.
+func (s *gcraShard) soonestIn(g *GCRA, lo, hi int, floor int64) int64 {
+	m := int64(math.MaxInt64)
+	for i := lo; i < hi; i++ {
+		if e := &s.slots[i]; e.tag > tombstone {
+			if m = min(m, g.expiry(e)); m <= floor {
+				return m
+			}
+		}
+	}
+	return m
+}
+
+// chunks returns the number of chunks of the shard's slots.
+func (s *gcraShard) chunks() int {
+	return (len(s.slots) + 1<<chunkShift - 1) >> chunkShift
+}
+
+// soonestChunk returns the least of the chunks' soonest expiries.
+func (s *gcraShard) soonestChunk(g *GCRA) int64 {
+	m := int64(math.MaxInt64)
+	for _, x := range s.chunk(g)[:s.chunks()] {
+		m = min(m, x)
+	}
+	return m
+}
+
+// chunk returns the shard's chunks' soonest expiries: chunk(g)[c] is the
+// soonest expiry of a key held in slots c<<chunkShift to
+// (c+1)<<chunkShift - 1, exactly, math.MaxInt64 if none. s.mu is held.
+func (s *gcraShard) chunk(g *GCRA) []int64 {
+	i := int(s.id) * shardChunks
+	return g.chunks[i : i+shardChunks : i+shardChunks]
+}
+
+// clearChunks records every chunk as holding no key, before keys are
+// placed again.
+func (s *gcraShard) clearChunks(g *GCRA) {
+	ch := s.chunk(g)
+	for c := range ch {
+		ch[c] = math.MaxInt64
+	}
+}
+
+// place moves e to the first empty slot on its probe sequence, recording
+// its expiry in that slot's chunk.
+func (s *gcraShard) place(g *GCRA, e gcraSlot) {
+	i := s.firstEmpty(g, e.tag)
+	s.slots[i] = e
+	ch := s.chunk(g)
+	c := i >> chunkShift
+	ch[c] = min(ch[c], g.expiry(&e))
 }
 
 // lookup scans tag's probe sequence from its home slot to the key's slot or
@@ -716,18 +934,21 @@ func (s *gcraShard) load(g *GCRA, i int) gcra.Time {
 	return gcra.Time{NS: s.slots[i].tat, Frac: s.slots[i].tag & g.fracMask}
 }
 
-// store sets the TAT of slot i, which holds a key.
-func (s *gcraShard) store(g *GCRA, i int, tat gcra.Time) {
-	s.put(g, i, s.slots[i].tag&^g.fracMask, tat)
+// store sets the TAT of slot i, which holds a key; clock is g's clock.
+func (s *gcraShard) store(g *GCRA, i int, tat gcra.Time, clock int64) {
+	s.put(g, i, s.slots[i].tag&^g.fracMask, tat, clock)
 }
 
-// put stores a key's tag and TAT in slot i.
-func (s *gcraShard) put(g *GCRA, i int, tag uint64, tat gcra.Time) {
-	s.slots[i] = gcraSlot{tag: tag | tat.Frac, tat: tat.NS}
-	if x := g.expiry(&s.slots[i]); x < s.next {
-		s.next = x
-		g.lower(s.id, x)
+// put stores a key's tag and TAT in slot i; clock is g's clock. s.mu is
+// held.
+func (s *gcraShard) put(g *GCRA, i int, tag uint64, tat gcra.Time, clock int64) {
+	e := &s.slots[i]
+	old := int64(math.MaxInt64)
+	if e.tag > tombstone {
+		old = g.expiry(e)
 	}
+	*e = gcraSlot{tag: tag | tat.Frac, tat: tat.NS}
+	s.changed(g, i, old, g.expiry(e), clock)
 }
 
 // setSlots makes slots the shard's, and publishes where they are for
@@ -746,6 +967,10 @@ func (s *gcraShard) prefetchHome(g *GCRA, tag uint64) {
 	}
 }
 
+// testHookRaise, if set by a test, is called by raise between reading a
+// node's children and writing the node.
+var testHookRaise func()
+
 // testHookScan, if set by a test, is told how many slots each pass over a
 // whole shard looks at.
 var testHookScan func(slots int)
@@ -757,20 +982,25 @@ func (s *gcraShard) purge(g *GCRA, now int64) int {
 		testHookScan(len(s.slots))
 	}
 	freed := 0
-	next := int64(math.MaxInt64)
-	for i := range s.slots {
-		e := &s.slots[i]
-		switch {
-		case e.tag <= tombstone:
-		case g.expired(e, now):
-			e.tag = tombstone
-			freed++
-		default:
-			next = min(next, g.expiry(e))
+	ch := s.chunk(g)
+	for c := range s.chunks() {
+		lo := c << chunkShift
+		m := int64(math.MaxInt64)
+		for i := lo; i < min(lo+1<<chunkShift, len(s.slots)); i++ {
+			e := &s.slots[i]
+			switch {
+			case e.tag <= tombstone:
+			case g.expired(e, now):
+				e.tag = tombstone
+				freed++
+			default:
+				m = min(m, g.expiry(e))
+			}
 		}
+		ch[c] = m
 	}
 	s.held -= int32(freed)
-	s.setNext(g, next)
+	s.setNext(g, s.soonestChunk(g), now)
 	g.keys.Add(int64(-freed))
 	return freed
 }
@@ -796,9 +1026,9 @@ func (s *gcraShard) maintain(g *GCRA, now int64) {
 	// No key held has expired now: s.next is no later than any key's TAT.
 	switch {
 	case !full && 2*int(s.held) > len(s.slots):
-		s.rebuild(g, 2*len(s.slots))
+		s.rebuild(g, 2*len(s.slots), now)
 	case 8*int(s.used-s.held) >= len(s.slots):
-		s.compact(g)
+		s.compact(g, now)
 	}
 }
 
@@ -809,12 +1039,11 @@ func (s *gcraShard) maintain(g *GCRA, now int64) {
 // and no key is left behind an empty slot on its way. (A cleared tombstone
 // will not do: sequences cross it.) s.mu is held, and no key held has
 // expired (maintain purges first).
-func (s *gcraShard) compact(g *GCRA) {
+func (s *gcraShard) compact(g *GCRA, now int64) {
 	if testHookScan != nil {
 		testHookScan(2 * len(s.slots))
 	}
 	start := -1
-	next := int64(math.MaxInt64)
 	for i := range s.slots {
 		e := &s.slots[i]
 		switch e.tag {
@@ -824,18 +1053,16 @@ func (s *gcraShard) compact(g *GCRA) {
 			}
 		case tombstone:
 			*e = gcraSlot{}
-		default:
-			next = min(next, g.expiry(e))
 		}
 	}
-	s.setNext(g, next)
 	s.used = s.held
 	if start < 0 {
 		// Every slot was used, by keys or tombstones: never so in the
 		// table, which maintains shards before they fill.
-		s.rebuild(g, len(s.slots))
+		s.rebuild(g, len(s.slots), now)
 		return
 	}
+	s.clearChunks(g)
 	mask := len(s.slots) - 1
 	for k := 1; k < len(s.slots); k++ {
 		i := (start + k) & mask
@@ -844,8 +1071,9 @@ func (s *gcraShard) compact(g *GCRA) {
 			continue
 		}
 		s.slots[i] = gcraSlot{}
-		s.slots[s.firstEmpty(g, e.tag)] = e
+		s.place(g, e)
 	}
+	s.setNext(g, s.soonestChunk(g), now)
 }
 
 // firstEmpty returns the first empty slot on the probe sequence of tag.
@@ -861,19 +1089,18 @@ func (s *gcraShard) firstEmpty(g *GCRA, tag uint64) int {
 // rebuild moves the shard's keys into size new slots, leaving out
 // tombstones: the shard grows. s.mu is held, and no key held has expired
 // (maintain purges first).
-func (s *gcraShard) rebuild(g *GCRA, size int) {
+func (s *gcraShard) rebuild(g *GCRA, size int, now int64) {
 	if testHookScan != nil {
 		testHookScan(len(s.slots))
 	}
 	old := s.slots
 	s.setSlots(make([]gcraSlot, size))
-	next := int64(math.MaxInt64)
+	s.clearChunks(g)
 	for _, e := range old {
 		if e.tag > tombstone {
-			s.slots[s.firstEmpty(g, e.tag)] = e
-			next = min(next, g.expiry(&e))
+			s.place(g, e)
 		}
 	}
-	s.setNext(g, next)
+	s.setNext(g, s.soonestChunk(g), now)
 	s.used = s.held
 }

@@ -611,11 +611,11 @@ func TestGCRACompactKeepsKeysFindable(t *testing.T) {
 				s.used++
 			}
 			s.held++
-			s.put(g, free, tag, gcra.Time{NS: 1 << 40})
+			s.put(g, free, tag, gcra.Time{NS: 1 << 40}, 0)
 			keys = append(keys, tag)
 		}
 		layout := fmt.Sprint(s.slots)
-		s.compact(g)
+		s.compact(g, 0)
 		for _, tag := range keys {
 			if i, _ := s.lookup(g, tag, math.MinInt64); i < 0 {
 				t.Fatalf("trial %d: key %x lost by compacting %s into %v", trial, tag, layout, s.slots)

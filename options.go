@@ -47,7 +47,7 @@ func WithBurst(n int) Option {
 
 // WithMaxKeys sets the most keys a GCRA holds at once: 1,048,576 by
 // default, and at most 268,435,456. The table grows with the keys in use
-// up to this cap, and takes about 22 bytes per key of the cap once full.
+// up to this cap, and takes about 23 bytes per key of the cap once full.
 func WithMaxKeys(n int) Option {
 	return optionFunc(func(o *options) { o.maxKeys, o.set = n, o.set|optMaxKeys })
 }
