@@ -214,6 +214,29 @@ func TestKeyOf(t *testing.T) {
 	}
 }
 
+// TestKeyIPv4Text checks that the key of a peer given as text is the key
+// of its address parsed, where Key copies the text of a dotted IPv4
+// address rather than format it: any text it copies is the address's own.
+func TestKeyIPv4Text(t *testing.T) {
+	fwd := func() []string { return []string{"203.0.113.9"} }
+	for _, id := range []Identity{
+		{IPv4Bits: 32, IPv6Bits: 64},
+		{Proxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, IPv4Bits: 32, IPv6Bits: 64},
+		{IPv4Bits: 24, IPv6Bits: 64},
+	} {
+		for _, peer := range []string{
+			"192.0.2.7:1", "192.0.2.7", "0.0.0.0:0", "255.255.255.255:65535", "192.0.2.7:080",
+			"[::ffff:192.0.2.7]:1", "::ffff:192.0.2.7", "10.1.1.1:1", "10.1.1.1",
+			"01.2.3.4:1", "1.2.3.4:", "1.2.3.4:99999", "1.2.3.4:x", "1.2.3:4", "1.2.3.4.5:6", "[1.2.3.4]:5", ":1", "",
+		} {
+			got := id.Key(peer, fwd)
+			if want := id.KeyOf(ParseHost(peer), fwd); got != want {
+				t.Errorf("%v: Key(%q) = %q, want %q", id.Proxies, peer, got, want)
+			}
+		}
+	}
+}
+
 // forgetful is a limiter that can forget a key, or fails to.
 type forgetful struct {
 	slow

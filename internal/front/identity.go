@@ -28,12 +28,40 @@ type Identity struct {
 // only if the peer is a trusted proxy, the values of the one forwarding
 // header the proxies write, each a comma-separated list of hops.
 func (id *Identity) Key(peer string, forwarded func() []string) string {
-	return id.KeyOf(ParseHost(peer), forwarded)
+	var buf [KeyBytes]byte
+	return string(id.AppendKey(buf[:0], peer, forwarded))
 }
 
 // AppendKey appends to b the key Key returns (at most KeyBytes bytes).
 func (id *Identity) AppendKey(b []byte, peer string, forwarded func() []string) []byte {
-	return id.AppendKeyOf(b, ParseHost(peer), forwarded)
+	a := ParseHost(peer)
+	if id.IPv4Bits == 32 && a.Is4() && !id.Trusted(a) {
+		// The client is the peer, whose prefix is its address: the text
+		// given is that address's own, when it is dotted decimal (which
+		// ParseHost accepts without leading zeros only, as the address
+		// prints), and costs no formatting.
+		if host, ok := dotted(peer); ok {
+			b = append(b, "a:"...)
+			b = append(b, host...)
+			return append(b, "/32"...)
+		}
+	}
+	return id.AppendKeyOf(b, a, forwarded)
+}
+
+// dotted returns the host of peer, an address with or without a port, if
+// it is made of digits and dots alone.
+func dotted(peer string) (string, bool) {
+	host := peer
+	if i := strings.LastIndexByte(peer, ':'); i >= 0 {
+		host = peer[:i]
+	}
+	for i := 0; i < len(host); i++ {
+		if c := host[i]; c != '.' && (c < '0' || c > '9') {
+			return "", false
+		}
+	}
+	return host, host != ""
 }
 
 // Trusted reports whether a is inside one of the trusted proxy prefixes.
