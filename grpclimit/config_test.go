@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"maps"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -186,5 +187,15 @@ func TestStatsShape(t *testing.T) {
 	pols := it.Stats().Policies
 	if len(pols) != 3 || pols[0].Name != "address" || pols[1].Name != "default" || pols[2].Name != "keyless" {
 		t.Errorf("policies %+v", pols)
+	}
+}
+
+// TestConfigFields checks Config against the fields every front end's
+// Config has (front.ConfigFields, documented in full on httplimit.Config),
+// as httplimit checks its own: a field added to one front end and not to
+// the other, or typed otherwise, fails one of them.
+func TestConfigFields(t *testing.T) {
+	if err := front.CheckConfig(reflect.TypeFor[Config](), "MaxStreamsPerClient", "LimitMessages"); err != nil {
+		t.Error(err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -224,5 +225,15 @@ func TestPolicyKeysCountedOnce(t *testing.T) {
 	// with keyless, 1,000 more.
 	if sum != 2*clients || keys["address"] != clients {
 		t.Errorf("keys by policy %v, summing to %d: want %d, a shared table counted once", keys, sum, 2*clients)
+	}
+}
+
+// TestConfigFields checks Config against the fields every front end's
+// Config has (front.ConfigFields), whose docs here are the reference for
+// grpclimit's too, as grpclimit checks its own: a field added to one front
+// end and not to the other, or typed otherwise, fails one of them.
+func TestConfigFields(t *testing.T) {
+	if err := front.CheckConfig(reflect.TypeFor[Config](), "InFlightStatus", "Headers", "Deny"); err != nil {
+		t.Error(err)
 	}
 }
