@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"maps"
 	"net/netip"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -193,9 +192,13 @@ func TestStatsShape(t *testing.T) {
 // TestConfigFields checks Config against the fields every front end's
 // Config has (front.ConfigFields, documented in full on httplimit.Config),
 // as httplimit checks its own: a field added to one front end and not to
-// the other, or typed otherwise, fails one of them.
+// the other, or typed otherwise, fails one of them, and so does a shared
+// variable LoadEnv does not read into its field.
 func TestConfigFields(t *testing.T) {
-	if err := front.CheckConfig(reflect.TypeFor[Config](), "MaxStreamsPerClient", "LimitMessages"); err != nil {
+	if err := front.CheckFrontEnd(func(lookup func(string) (string, bool)) (any, error) {
+		c := new(Config)
+		return c, c.LoadEnv("", lookup)
+	}, "MaxStreamsPerClient", "LimitMessages"); err != nil {
 		t.Error(err)
 	}
 }

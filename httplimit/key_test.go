@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -231,9 +230,13 @@ func TestPolicyKeysCountedOnce(t *testing.T) {
 // TestConfigFields checks Config against the fields every front end's
 // Config has (front.ConfigFields), whose docs here are the reference for
 // grpclimit's too, as grpclimit checks its own: a field added to one front
-// end and not to the other, or typed otherwise, fails one of them.
+// end and not to the other, or typed otherwise, fails one of them, and so
+// does a shared variable LoadEnv does not read into its field.
 func TestConfigFields(t *testing.T) {
-	if err := front.CheckConfig(reflect.TypeFor[Config](), "InFlightStatus", "Headers", "Deny"); err != nil {
+	if err := front.CheckFrontEnd(func(lookup func(string) (string, bool)) (any, error) {
+		c := new(Config)
+		return c, c.LoadEnv("", lookup)
+	}, "InFlightStatus", "Headers", "Deny"); err != nil {
 		t.Error(err)
 	}
 }
