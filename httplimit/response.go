@@ -73,13 +73,20 @@ func (c *core) refuse(w http.ResponseWriter, r *http.Request, key string, d Deni
 }
 
 // rateItem is one policy's entry in the rate limit header fields: the
-// policy, its Decision, and whether to report the key's state (r and t)
-// and with which t.
+// policy, the limit and the requests left its Decision reports, and
+// whether to report the key's state (r and t) and with which t.
 type rateItem struct {
-	rate  *front.Rate
-	d     limits.Decision
-	state bool
-	t     time.Duration
+	rate      *front.Rate
+	limit     int
+	period    time.Duration
+	remaining int
+	state     bool
+	t         time.Duration
+}
+
+// itemOf returns the item of a Decision d of the policy rate.
+func itemOf(rate *front.Rate, d *limits.Decision, state bool, t time.Duration) rateItem {
+	return rateItem{rate: rate, limit: d.Limit, period: d.Period, remaining: d.Remaining, state: state, t: t}
 }
 
 // setRateHeaders sets the rate limit headers of the selected mode for an
@@ -92,11 +99,12 @@ func (c *core) setRateHeaders(h http.Header, charges []front.Charge, vals []stri
 	}
 	var buf [4]rateItem
 	items := buf[:0]
-	for _, ch := range charges {
+	for i := range charges {
+		ch := &charges[i]
 		if !ch.Dec.Allowed {
 			continue // its limiter failed and FailOpen served the request: no state to report
 		}
-		items = append(items, rateItem{rate: ch.Rate, d: ch.Dec, state: true, t: ch.Dec.ResetAfter})
+		items = append(items, itemOf(ch.Rate, &ch.Dec, true, ch.Dec.ResetAfter))
 	}
 	if len(items) == 0 {
 		return
@@ -120,7 +128,7 @@ func (c *core) setRefusalHeaders(h http.Header, rate *front.Rate, d limits.Decis
 	if c.headers == HeadersNone || reason == ReasonLimiterError {
 		return
 	}
-	it := rateItem{rate: rate, d: d, state: reason != ReasonTableFull, t: d.ResetAfter}
+	it := itemOf(rate, &d, reason != ReasonTableFull, d.ResetAfter)
 	if reason == ReasonRateLimited {
 		it.t = d.RetryAfter
 	}
@@ -167,7 +175,7 @@ func (c *core) writeRateHeaders(h http.Header, items []rateItem, vals []string, 
 				}
 				b = append(b, it.rate.Item...)
 				b = append(b, ";r="...)
-				b = strconv.AppendInt(b, int64(it.d.Remaining), 10)
+				b = strconv.AppendInt(b, int64(it.remaining), 10)
 				b = append(b, ";t="...)
 				b = strconv.AppendInt(b, seconds(it.t), 10)
 			}
@@ -178,15 +186,15 @@ func (c *core) writeRateHeaders(h http.Header, items []rateItem, vals []string, 
 	if c.headers == HeadersIETFAndLegacy || c.headers == HeadersLegacy {
 		it := items[0]
 		for _, e := range items[1:] {
-			if e.d.Remaining < it.d.Remaining {
+			if e.remaining < it.remaining {
 				it = e
 			}
 		}
-		b = strconv.AppendInt(b, int64(it.d.Limit), 10)
+		b = strconv.AppendInt(b, int64(it.limit), 10)
 		ends[nv], keys[nv] = len(b), "X-Ratelimit-Limit"
 		nv++
 		if it.state {
-			b = strconv.AppendInt(b, int64(it.d.Remaining), 10)
+			b = strconv.AppendInt(b, int64(it.remaining), 10)
 			ends[nv], keys[nv] = len(b), "X-Ratelimit-Remaining"
 			b = strconv.AppendInt(b, seconds(it.t), 10)
 			ends[nv+1], keys[nv+1] = len(b), "X-Ratelimit-Reset"
@@ -221,18 +229,18 @@ func (c *core) writeRateHeaders(h http.Header, items []rateItem, vals []string, 
 // and kept, since a policy's limit rarely changes; any other is
 // formatted anew each time.
 func policyItem(it *rateItem) string {
-	r, d := it.rate, &it.d
-	if s, ok := r.Text.Get(d.Limit, d.Period); ok {
+	r := it.rate
+	if s, ok := r.Text.Get(it.limit, it.period); ok {
 		return s
 	}
 	var buf [64]byte
 	b := append(buf[:0], r.Item...)
 	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, int64(d.Limit), 10)
+	b = strconv.AppendInt(b, int64(it.limit), 10)
 	b = append(b, ";w="...)
-	b = strconv.AppendInt(b, max(1, seconds(d.Period)), 10)
+	b = strconv.AppendInt(b, max(1, seconds(it.period)), 10)
 	s := string(b)
-	r.Text.PutFirst(d.Limit, d.Period, s)
+	r.Text.PutFirst(it.limit, it.period, s)
 	return s
 }
 
