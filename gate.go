@@ -40,19 +40,25 @@ import (
 // A Gate fails closed: when it cannot admit, it refuses. All methods are
 // safe for concurrent use. The zero value is not usable; call NewGate.
 type Gate struct {
+	// What entering and leaving write, in the Gate's first cache line
+	// (see the padding at the end): the count inside, the classes'
+	// limits, the admissions and the peak.
 	inside atomic.Int64 // callers holding a place
 	// lim[c] is the most callers inside below which class c may enter:
 	// max less the places reserved for the classes above c.
-	lim [numClasses]atomic.Int64
+	lim      [numClasses]atomic.Int64
+	admitted [numClasses]atomic.Uint64
+	peak     atomic.Int64
+	// nwait counts the callers in Enter's wait, or about to be: a Release
+	// that sees it at 0 after freeing a place has no one to hand it to.
+	nwait atomic.Int64
+
 	max atomic.Int64 // the most admitted at once
 
 	// The reserves given to NewGate, by class, and the max they were
 	// given for; SetMax scales them.
 	reserve0 [numClasses]int64
 	max0     int64
-	// nwait counts the callers in Enter's wait, or about to be: a Release
-	// that sees it at 0 after freeing a place has no one to hand it to.
-	nwait atomic.Int64
 
 	mu sync.Mutex
 	// waiters holds the waiting callers of each class, first come first;
@@ -70,13 +76,16 @@ type Gate struct {
 	cutUntil atomic.Int64 // Enter refuses at once before this time
 	judge    waitJudge    // guarded by mu
 
-	peak      atomic.Int64
-	admitted  [numClasses]atomic.Uint64
 	shed      [numClasses]atomic.Uint64
 	timedOut  atomic.Uint64
 	waited    atomic.Uint64
 	waitNanos atomic.Int64
 	overloads atomic.Uint64
+
+	// Padding to 384 bytes, a size class of the allocator that is a
+	// multiple of 64, so that every Gate starts a cache line and its
+	// first line holds what entering and leaving touch (BenchmarkGate).
+	_ [48]byte
 }
 
 // waitJudge counts, over one interval, the callers that waited and those

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"reflect"
 	"strings"
 	"time"
 
@@ -17,6 +18,11 @@ import (
 // Config configures an Interceptor. Every layer is optional: the zero
 // Config limits nothing, and exempts the standard health service (see
 // Exempt).
+//
+// The fields that every front end has mean here what they mean in
+// [github.com/limitsgo/limits/httplimit.Config], for a call in place of a
+// request; that is where each is described in full, once. The docs below
+// say what gRPC changes, and link there.
 type Config struct {
 	// Exempt, if set, picks the methods whose calls bypass every layer, by
 	// full method name ("/package.Service/Method"; see ExemptServices,
@@ -25,152 +31,111 @@ type Config struct {
 	// process restarted. ExemptServices() with no argument exempts nothing.
 	Exempt func(fullMethod string) bool
 
-	// MaxInFlight caps the calls being served at once in the process, with
-	// a limits.Gate; 0 sets no cap. A call that finds the gate full is
-	// refused with codes.Unavailable and reason server_busy. A stream holds
-	// its place only while it is set up (see Interceptor.Stream). With
-	// Adaptive, it is the ceiling of the adaptive limit.
+	// MaxInFlight caps the calls being served at once in the process, as
+	// [github.com/limitsgo/limits/httplimit.Config.MaxInFlight] does: a call
+	// that finds the gate full is refused with codes.Unavailable and reason
+	// server_busy, and a stream holds its place only while it is set up (see
+	// Interceptor.Stream).
 	MaxInFlight int
-	// QueueWait is how long a call may wait for room in the gate before it
-	// is refused; 0 refuses at once. Keep it short: it is for bursts that
-	// clear within milliseconds, not a queue.
-	QueueWait time.Duration
-	// QueueAdapt, if positive, lets the gate stop queueing while waiting
-	// does not help (see limits.Gate.AdaptWait): every QueueAdapt, it looks
-	// at the calls that waited, and if at least four did and more than a
-	// third of them waited QueueWait in vain, it refuses at once for a
-	// while. 100ms suits a QueueWait of a few milliseconds; 0 never stops.
-	// It needs MaxInFlight and QueueWait.
+	// QueueWait is how long a call may wait for room in the gate, and
+	// QueueAdapt when to stop letting calls wait, as
+	// [github.com/limitsgo/limits/httplimit.Config.QueueWait] and
+	// [github.com/limitsgo/limits/httplimit.Config.QueueAdapt] say.
+	QueueWait  time.Duration
 	QueueAdapt time.Duration
-	// Adaptive, if set, lets the gate find its own limit: an
-	// adaptive.Controller moves it between Adaptive.Min and MaxInFlight
-	// (or Adaptive.Max, if lower) from the latency of the calls it admits,
-	// measured from their admission until the handler returns (a unary
-	// call), the stream is established, or ReleaseCapacity is called. A
-	// call refused by a later layer does not count; one that ends with
-	// codes.Unavailable or codes.DeadlineExceeded, passes Timeout or
-	// outlives the client's deadline, counts as a sign of overload
+	// Adaptive, if set, lets the gate find its own limit, as
+	// [github.com/limitsgo/limits/httplimit.Config.Adaptive] describes. A
+	// call's latency runs from its admission until the handler returns (a
+	// unary call), the stream is established, or ReleaseCapacity is called;
+	// one that ends with codes.Unavailable or codes.DeadlineExceeded, passes
+	// Timeout or outlives the client's deadline, counts as a sign of overload
 	// (adaptive.Dropped); one the client cancels, or that panics, does not
-	// count. The limit starts from Adaptive.Initial, or the ceiling, and
-	// unless Adaptive.ProbeEvery < 0 is halved at once to measure the
-	// baseline latency, again while that shows it too high. It needs
-	// MaxInFlight; the zero adaptive.Config is usable.
+	// count.
 	Adaptive *adaptive.Config
-	// Gate, if set, is a gate made elsewhere (limits.NewGate) that the
-	// Interceptor shares, in place of a gate of its own: with the same
-	// Gate given to an httplimit.Middleware, and used directly by code
-	// such as a job runner, the process has one capacity whatever the
-	// protocol. It excludes MaxInFlight, QueueAdapt and Adaptive, which
-	// configure a gate of the Interceptor's own; QueueWait and Timeout
-	// still apply to its calls. Stats reports the gate's counters with
-	// SharedGate set, and the metrics packages leave them to the gate's
-	// own collector, registered once.
-	Gate *limits.Gate
-	// Controller, if set, is the adaptive.Controller that moves the
-	// maximum of a shared gate (its Gate(), which Gate may leave unset):
-	// the Interceptor reports to it the latency and outcome of the calls
-	// it admits, as with Adaptive.
+	// Gate, if set, is a gate made elsewhere that the Interceptor shares, as
+	// [github.com/limitsgo/limits/httplimit.Config.Gate] describes: given to
+	// an httplimit.Middleware too, the process has one capacity whatever the
+	// protocol. Controller is the controller of such a gate
+	// ([github.com/limitsgo/limits/httplimit.Config.Controller]).
+	Gate       *limits.Gate
 	Controller *adaptive.Controller
-	// Priority, if set, returns the class at the gate of a call of the
-	// method named, as httplimit.Config.Priority does for a request (see
-	// MetadataPriority, for a criticality that trusted callers send); nil
-	// puts every call in limits.PriorityDefault.
+	// Priority, if set, returns the class at the gate of a call of the method
+	// named, as [github.com/limitsgo/limits/httplimit.Config.Priority] does
+	// for a request (see MetadataPriority, for a criticality that trusted
+	// callers send); nil puts every call in limits.PriorityDefault.
 	Priority func(ctx context.Context, fullMethod string) limits.Priority
-	// Timeout, if positive, is a deadline for each unary call, from when
-	// the gate lets it in (from its arrival, without a gate): it bounds the
-	// rate layers' limiter calls (each also by LimiterTimeout) and the
-	// handler together. When it passes, the handler's context is cancelled
-	// and the client gets codes.DeadlineExceeded with reason
+	// Timeout, if positive, is a deadline for each unary call, as
+	// [github.com/limitsgo/limits/httplimit.Config.Timeout] describes: when it
+	// passes, the client gets codes.DeadlineExceeded with reason
 	// request_timeout, while the call keeps its place in the gate until the
-	// handler returns; a call whose deadline passes before its handler
-	// starts (limiters slow to answer, or failing under FailOpen) gets it
-	// without the handler being called, and its charges are given back.
-	// For a stream, which lives as long as it is used, Timeout bounds only
-	// its set-up: a stream not established within Timeout of its admission
-	// gives its place in the gate back and carries on.
+	// handler returns. For a stream, which lives as long as it is used,
+	// Timeout bounds only its set-up: a stream not established within Timeout
+	// of its admission gives its place in the gate back and carries on.
 	Timeout time.Duration
 	// BusyRetryAfter is the retry delay sent with server_busy,
 	// concurrency_limited, concurrency_table_full, table_full and
 	// limiter_error refusals; 0 means one second.
 	BusyRetryAfter time.Duration
 
-	// Rate is each client's limit, such as {100, time.Minute}; the zero
-	// Limit sets no rate limit unless Limiter is set. Clients are told
-	// apart by address (see TrustedProxies, IPv4Prefix, IPv6Prefix). A
-	// stream is charged once when it opens, and, with LimitMessages, for
-	// each message after its first.
-	Rate limits.Limit
-	// Burst is how many calls a client may make at once; 0 means
-	// Rate.Events.
+	// Rate is each client's limit, and Burst how many calls a client may make
+	// at once, as [github.com/limitsgo/limits/httplimit.Config.Rate] and
+	// [github.com/limitsgo/limits/httplimit.Config.Burst] say. A stream is
+	// charged once when it opens, and, with LimitMessages, for each message
+	// after its first.
+	Rate  limits.Limit
 	Burst int
-	// MaxKeys caps the clients tracked by each local limiter, and by each
-	// per-client concurrency table; 0 means DefaultMaxKeys. A new client
-	// finding a limiter's table full of clients in debt is refused with
-	// codes.Unavailable and reason table_full.
+	// MaxKeys caps the clients tracked by each local limiter and each
+	// per-client concurrency table, as
+	// [github.com/limitsgo/limits/httplimit.Config.MaxKeys] does; a new client
+	// finding a table full is refused with codes.Unavailable and reason
+	// table_full.
 	MaxKeys int
 	// Limiter, if set, decides for the address bucket in place of a local
-	// limiter, for instance one shared by a fleet, such as a
-	// redislimit.GCRA. If Rate is set too, a local limiter of Rate is
-	// asked first, in this process: a client already over Rate here is
-	// refused without a call to Limiter. Give it the shared limit.
-	Limiter limits.Limiter
-	// LimiterTimeout bounds each call to Limiter or CallerLimiter; past
-	// it, the call counts as failed and OnLimiterError applies. 0 means
-	// 250ms, or Timeout if that is shorter. The limiter's context ends a
-	// tenth of the bound (at most 10ms) before it, so that a limiter giving
-	// up at its own deadline is heard: the error counted and logged is
-	// then its own, with its cause (a refused connection, say). A local
-	// limiter built from Rate decides in process and is not bounded.
+	// limiter, and LimiterTimeout bounds each call to it, to CallerLimiter and
+	// to a method policy's Limiter, as
+	// [github.com/limitsgo/limits/httplimit.Config.Limiter] and
+	// [github.com/limitsgo/limits/httplimit.Config.LimiterTimeout] describe.
+	Limiter        limits.Limiter
 	LimiterTimeout time.Duration
-	// Cost, if set, returns the cost of a call of the method named in the
-	// address and caller key buckets, such as a larger one for an
-	// expensive method; nil means 1. A cost above a bucket's burst is
-	// refused with reason cost_above_burst (codes.ResourceExhausted, with
-	// no retry delay and a pushback that stops gRPC's retries: waiting
-	// cannot help), a negative one with invalid_cost (codes.Internal).
+	// Cost, if set, returns the cost of a call of the method named, as
+	// [github.com/limitsgo/limits/httplimit.Config.Cost] does for a request: a
+	// cost above a bucket's burst is refused with reason cost_above_burst
+	// (codes.ResourceExhausted, with no retry delay and a pushback that stops
+	// gRPC's retries: waiting cannot help), a negative one with invalid_cost
+	// (codes.Internal).
 	Cost func(ctx context.Context, fullMethod string) int
 
-	// CallerKey, if set, returns a key the caller chooses, such as a
-	// bearer token or an API key (see MetadataKey), or "" for none. Each
-	// such key gets its own bucket at Rate, in addition to the client
-	// address bucket, which is never skipped: rotating the key does not
-	// escape the address limit. The address bucket then allows
-	// AddressMultiplier times Rate, so that the users behind one NAT are
-	// not limited as one; calls without a caller key share one bucket at
-	// Rate per address. Limiters see a SHA-256 hash of the caller key,
-	// never the key.
-	CallerKey func(ctx context.Context) string
-	// AddressMultiplier scales the address bucket when CallerKey is set; 0
-	// means DefaultAddressMultiplier.
+	// CallerKey, if set, returns a key the caller chooses, such as a bearer
+	// token or an API key (see MetadataKey), or "" for none, with its own
+	// bucket as [github.com/limitsgo/limits/httplimit.Config.CallerKey]
+	// describes, AddressMultiplier scaling the address bucket
+	// ([github.com/limitsgo/limits/httplimit.Config.AddressMultiplier]) and
+	// CallerLimiter deciding in place of a local limiter
+	// ([github.com/limitsgo/limits/httplimit.Config.CallerLimiter]).
+	CallerKey         func(ctx context.Context) string
 	AddressMultiplier int
-	// CallerLimiter, if set, replaces the local limiter for caller keys,
-	// as Limiter does for addresses.
-	CallerLimiter limits.Limiter
+	CallerLimiter     limits.Limiter
 
 	// TrustedProxies lists the networks of the proxies in front of the
-	// service. Only a call arriving from one of them has its
-	// ForwardedHeader metadata read; the client is the right-most address
-	// in it that is not a trusted proxy. Empty: the client is always the
-	// connection's peer.
+	// service, as [github.com/limitsgo/limits/httplimit.Config.TrustedProxies]
+	// does: only a call arriving from one of them has its ForwardedHeader
+	// metadata read.
 	TrustedProxies []netip.Prefix
-	// ForwardedHeader names the one metadata key the trusted proxies write
-	// the client's address in: "x-forwarded-for" (the default),
-	// "forwarded" (RFC 7239) or "x-real-ip", in any case. No other is
-	// read: a proxy passes through the metadata it does not write, and the
-	// client could otherwise choose its own address.
+	// ForwardedHeader names the one metadata key the trusted proxies write the
+	// client's address in: "x-forwarded-for" (the default), "forwarded" (RFC
+	// 7239) or "x-real-ip", in any case
+	// ([github.com/limitsgo/limits/httplimit.Config.ForwardedHeader]).
 	ForwardedHeader string
-	// IPv4Prefix and IPv6Prefix group client addresses into one bucket per
-	// prefix of that length; 0 means 32 for IPv4 and 64 for IPv6, where a
-	// single user commonly holds a whole /64.
+	// IPv4Prefix and IPv6Prefix group client addresses by prefix, as
+	// [github.com/limitsgo/limits/httplimit.Config.IPv4Prefix] says.
 	IPv4Prefix, IPv6Prefix int
 
 	// MaxInFlightPerClient caps the unary calls one client address has in
-	// progress at once; 0 sets no cap. Each client is counted exactly, in
-	// a table of at most MaxKeys clients: a refusal gets
-	// codes.ResourceExhausted and reason concurrency_limited, or, when the
-	// table is full, codes.Unavailable and reason concurrency_table_full.
-	// A call's count is given back however it ends: return, panic, client
-	// gone or timeout.
+	// progress at once, as
+	// [github.com/limitsgo/limits/httplimit.Config.MaxInFlightPerClient] does
+	// for requests: a refusal gets codes.ResourceExhausted and reason
+	// concurrency_limited, or, when the table is full, codes.Unavailable and
+	// reason concurrency_table_full.
 	MaxInFlightPerClient int
 	// MaxStreamsPerClient caps the streams one client address has open at
 	// once, for their whole life, as MaxInFlightPerClient does for unary
@@ -184,10 +149,10 @@ type Config struct {
 	// much as a unary one.
 	LimitMessages bool
 
-	// OnLimiterError says what to do when a limiter returns an error or
-	// does not answer within LimiterTimeout: refuse with codes.Unavailable
-	// and reason limiter_error (FailClosed, the default), or serve the
-	// call (FailOpen). Either way the error is counted and logged.
+	// OnLimiterError says what to do when a limiter fails, as
+	// [github.com/limitsgo/limits/httplimit.Config.OnLimiterError] does:
+	// refuse with codes.Unavailable and reason limiter_error (FailClosed, the
+	// default), or serve the call (FailOpen).
 	OnLimiterError ErrorPolicy
 	// PolicyName names the client's policy in refusals' details, logs and
 	// Stats; "" means "default". The address bucket, when a caller key is
@@ -321,23 +286,8 @@ var forwardedKeys = []string{"x-forwarded-for", "forwarded", "x-real-ip"}
 // the limits it was given.
 func (c *Config) LoadEnv(prefix string, lookup func(string) (string, bool)) error {
 	e := front.NewEnv("grpclimit", prefix, lookup)
-	e.Limit(EnvRate, &c.Rate)
-	e.Integer(EnvBurst, &c.Burst)
-	e.Integer(EnvMaxKeys, &c.MaxKeys)
-	e.Integer(EnvMaxInFlight, &c.MaxInFlight)
-	e.Duration(EnvQueueWait, &c.QueueWait, true)
-	e.Duration(EnvQueueAdapt, &c.QueueAdapt, true)
-	e.Adaptive(EnvAdaptive, EnvAdaptiveMin, &c.Adaptive)
-	e.Duration(EnvTimeout, &c.Timeout, false)
-	e.Duration(EnvBusyRetryAfter, &c.BusyRetryAfter, false)
-	e.Duration(EnvLimiterTimeout, &c.LimiterTimeout, false)
-	e.Integer(EnvAddressMultiplier, &c.AddressMultiplier)
-	e.Integer(EnvMaxInFlightPerClient, &c.MaxInFlightPerClient)
+	e.Common(reflect.ValueOf(c).Elem(), forwardedKeys)
 	e.Integer(EnvMaxStreamsPerClient, &c.MaxStreamsPerClient)
-	e.Prefixes(EnvTrustedProxies, &c.TrustedProxies)
-	e.Choice(EnvForwardedHeader, forwardedKeys, func(i int) { c.ForwardedHeader = forwardedKeys[i] })
-	e.Choice(EnvOnLimiterError, []string{"fail_closed", "fail_open"}, func(i int) { c.OnLimiterError = ErrorPolicy(i) })
-	e.String(EnvPolicyName, &c.PolicyName)
 	return e.Err
 }
 

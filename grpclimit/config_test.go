@@ -188,3 +188,17 @@ func TestStatsShape(t *testing.T) {
 		t.Errorf("policies %+v", pols)
 	}
 }
+
+// TestConfigFields checks Config against the fields every front end's
+// Config has (front.ConfigFields, documented in full on httplimit.Config),
+// as httplimit checks its own: a field added to one front end and not to
+// the other, or typed otherwise, fails one of them, and so does a shared
+// variable LoadEnv does not read into its field.
+func TestConfigFields(t *testing.T) {
+	if err := front.CheckFrontEnd(func(lookup func(string) (string, bool)) (any, error) {
+		c := new(Config)
+		return c, c.LoadEnv("", lookup)
+	}, "MaxStreamsPerClient", "LimitMessages"); err != nil {
+		t.Error(err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"reflect"
 	"strings"
 	"time"
 
@@ -15,6 +16,10 @@ import (
 
 // Config configures a Middleware. Every layer is optional; the zero Config
 // limits nothing.
+//
+// Its field docs are also the full description of the fields every front
+// end has (all but InFlightStatus, Headers and Deny), to which the docs of
+// grpclimit.Config link, saying only what gRPC changes.
 type Config struct {
 	// Exempt, if set, picks requests that bypass every layer, such as health
 	// probes and static files (see ExemptPaths, ExemptPrefixes): a probe
@@ -263,6 +268,9 @@ const (
 	EnvPolicyName           = "LIMITS_POLICY_NAME"             // PolicyName
 )
 
+// forwardedHeaders are the headers ForwardedHeader may name.
+var forwardedHeaders = []string{"X-Forwarded-For", "Forwarded", "X-Real-IP"}
+
 // LoadEnv sets the fields of c named by the environment variables Env*
 // that are set, read with lookup (os.LookupEnv if nil). prefix replaces
 // "LIMITS_" in their names; "" keeps it. Unset variables leave their
@@ -272,24 +280,8 @@ const (
 // the limits it was given.
 func (c *Config) LoadEnv(prefix string, lookup func(string) (string, bool)) error {
 	e := front.NewEnv("httplimit", prefix, lookup)
-	e.Limit(EnvRate, &c.Rate)
-	e.Integer(EnvBurst, &c.Burst)
-	e.Integer(EnvMaxKeys, &c.MaxKeys)
-	e.Integer(EnvMaxInFlight, &c.MaxInFlight)
-	e.Duration(EnvQueueWait, &c.QueueWait, true)
-	e.Duration(EnvQueueAdapt, &c.QueueAdapt, true)
-	e.Adaptive(EnvAdaptive, EnvAdaptiveMin, &c.Adaptive)
-	e.Duration(EnvTimeout, &c.Timeout, false)
-	e.Duration(EnvBusyRetryAfter, &c.BusyRetryAfter, false)
-	e.Duration(EnvLimiterTimeout, &c.LimiterTimeout, false)
-	e.Integer(EnvAddressMultiplier, &c.AddressMultiplier)
-	e.Integer(EnvMaxInFlightPerClient, &c.MaxInFlightPerClient)
-	e.Prefixes(EnvTrustedProxies, &c.TrustedProxies)
-	forwarded := []string{"X-Forwarded-For", "Forwarded", "X-Real-IP"}
-	e.Choice(EnvForwardedHeader, forwarded, func(i int) { c.ForwardedHeader = forwarded[i] })
-	e.Choice(EnvOnLimiterError, []string{"fail_closed", "fail_open"}, func(i int) { c.OnLimiterError = ErrorPolicy(i) })
+	e.Common(reflect.ValueOf(c).Elem(), forwardedHeaders)
 	e.Choice(EnvHeaders, []string{"ietf", "ietf_legacy", "legacy", "none"}, func(i int) { c.Headers = HeaderMode(i) })
-	e.String(EnvPolicyName, &c.PolicyName)
 	return e.Err
 }
 

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"unsafe"
+
+	"github.com/limitsgo/limits/internal/front"
 )
 
 // clientKey returns the key of the client's address bucket: "a:" and its
@@ -12,12 +14,16 @@ func (c *core) clientKey(r *http.Request) string {
 	return c.id.Key(r.RemoteAddr, func() []string { return r.Header.Values(c.forwarded) })
 }
 
-// clientKeyIn is clientKey, with the key's bytes kept in q, which holds
-// the request's state already: it costs no allocation of its own. The
-// bytes are written once, here, and never again, as a string's must be.
+// clientKeyIn is clientKey, with the key's bytes kept in q.mem, which
+// holds the request's state already: it costs no allocation of its own.
+// The bytes are written once, here, and never again, as a string's must
+// be. It is called at most once per request.
 func (c *core) clientKeyIn(r *http.Request, q *request) string {
-	b := c.id.AppendKey(q.key[:0], r.RemoteAddr, func() []string { return r.Header.Values(c.forwarded) })
-	return unsafe.String(unsafe.SliceData(b), len(b))
+	var buf [front.KeyBytes]byte
+	b := c.id.AppendKey(buf[:0], r.RemoteAddr, func() []string { return r.Header.Values(c.forwarded) })
+	n := copy(q.mem[:], b)
+	q.keyLen = uint8(n)
+	return unsafe.String(&q.mem[0], n)
 }
 
 // CookieKey returns a CallerKey function that reads the named cookie; a

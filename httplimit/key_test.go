@@ -226,3 +226,17 @@ func TestPolicyKeysCountedOnce(t *testing.T) {
 		t.Errorf("keys by policy %v, summing to %d: want %d, a shared table counted once", keys, sum, 2*clients)
 	}
 }
+
+// TestConfigFields checks Config against the fields every front end's
+// Config has (front.ConfigFields), whose docs here are the reference for
+// grpclimit's too, as grpclimit checks its own: a field added to one front
+// end and not to the other, or typed otherwise, fails one of them, and so
+// does a shared variable LoadEnv does not read into its field.
+func TestConfigFields(t *testing.T) {
+	if err := front.CheckFrontEnd(func(lookup func(string) (string, bool)) (any, error) {
+		c := new(Config)
+		return c, c.LoadEnv("", lookup)
+	}, "InFlightStatus", "Headers", "Deny"); err != nil {
+		t.Error(err)
+	}
+}

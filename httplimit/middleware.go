@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/limitsgo/limits"
 	"github.com/limitsgo/limits/adaptive"
@@ -322,22 +323,43 @@ func (m *Middleware) Stats() Stats {
 
 // request is what a Middleware holds for one request until its handler
 // returns. It is also the request's context, so that ReleaseCapacity and
-// the route Middlewares made by With can find it.
+// the route Middlewares made by With can find it, and, with a gate and no
+// Timeout, the ResponseWriter its handler writes through (see writer.go).
+//
+// It holds in one allocation everything the request needs: the copy of
+// the request the handler gets, whose context it is, and the bytes of the
+// client's key and of the rate limit header fields' values.
 type request struct {
 	context.Context
 	c       *core
-	held    front.Held               // the request's place in the gate
-	w       writer                   // the handler's ResponseWriter, with a gate and no Timeout
-	key     [front.KeyBytes]byte     // the bytes of client, when clientKeyIn made it
-	fields  [len(rateHeaders)]string // the rate limit header fields' values
-	slots   *front.Slots
-	client  string         // the address key, counted in slots if slots is set
-	charges []front.Charge // what the rate layers charged, for a route's later refusal
-	counted bool           // counted as allowed
+	req     http.Request        // the request the handler gets, with q as its context
+	held    front.Held          // the request's place in the gate
+	rw      http.ResponseWriter // the ResponseWriter q wraps for the handler
+	status  int32               // the final status the handler wrote through q, or 101; 0 before any
+	keyLen  uint8               // the length of client, when clientKeyIn wrote it in mem
+	slot    bool                // client is counted in c.slots
+	counted bool                // counted as allowed
 	// refused is set when a route Middleware refused the request after
 	// the gate let it in: its latency says nothing of the service's.
 	refused bool
+	charges []front.Charge // what the rate layers charged, for a route's later refusal
+	vals    [2]string      // the rate limit header fields' values, in the IETF modes
+	// mem holds the bytes of the client's address key, then those of the
+	// header values if they fit, each written once and never again, as a
+	// string's must be.
+	mem [reqMem]byte
 }
+
+// reqMem is the room a request has for the bytes of its key and of its
+// rate limit header values: enough for an address key and one policy's
+// RateLimit field, which is all most requests need, with room to spare
+// but for the longest IPv6 keys. It makes a request 512 bytes, a size
+// class of the allocator.
+const reqMem = 64
+
+// client returns the client's address key, once clientKeyIn has written
+// it, and "" before.
+func (q *request) client() string { return unsafe.String(&q.mem[0], q.keyLen) }
 
 type requestKey struct{}
 
@@ -356,9 +378,9 @@ func (q *request) release(o adaptive.Outcome) {
 		o = adaptive.Ignored // refused by a route, or the client left
 	}
 	q.held.Leave(o)
-	if q.slots != nil {
-		q.slots.Release(q.client)
-		q.slots = nil
+	if q.slot {
+		q.c.slots.Release(q.client())
+		q.slot = false
 	}
 }
 
@@ -405,7 +427,10 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 				q.release(outcome)
 			}
 		}()
-		r = r.WithContext(q)
+		// The copy WithContext makes stays on this goroutine's stack: the
+		// handler's request lives in q.
+		q.req = *r.WithContext(q)
+		r = &q.req
 	}
 
 	if c.capacity != nil && !c.capacity.Enter(r.Context(), &q.held, c.priorityOf(r)) {
@@ -480,14 +505,14 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			c.refuse(w, r, addr, Denial{Status: status, Reason: reason, RetryAfter: c.busyRetry})
 			return
 		}
-		q.slots = c.slots
+		q.slot = true
 	}
-	q.client, q.counted = addr, true
+	q.counted = true
 	if nested {
 		q.charges = append(make([]front.Charge, 0, len(charges)+2), charges...)
 	}
 
-	c.setRateHeaders(w.Header(), charges, q.fields[:0])
+	c.setRateHeaders(w.Header(), charges, q.vals[:0], q.mem[q.keyLen:])
 	c.n.Allowed.Add(1)
 	if c.timeout > 0 {
 		handedOff = true
@@ -499,11 +524,11 @@ func (m *Middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		outcome = adaptive.Success
 		return
 	}
-	// The handler writes through q.w, which sees its status and gives the
+	// The handler writes through q, which sees its status and gives the
 	// place back if it hijacks the connection.
-	q.w = writer{ResponseWriter: w, q: q}
-	next.ServeHTTP(&q.w, r)
-	outcome = q.w.outcome()
+	q.rw = w
+	next.ServeHTTP(q, r)
+	outcome = q.outcome()
 }
 
 // priorityOf returns the class of r at the gate: Config.Priority's, or
@@ -521,7 +546,7 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, addr string) 
 	var buf [4]front.Charge
 	charges, ok := m.limit(w, r, addr, m.rates, buf[:0])
 	if ok {
-		m.c.setRateHeaders(w.Header(), charges, nil)
+		m.c.setRateHeaders(w.Header(), charges, nil, nil)
 	}
 	return ok
 }
@@ -531,7 +556,7 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, addr string) 
 // giving back everything it was charged, if one of them refuses.
 func (m *Middleware) serveRoute(next http.Handler, w http.ResponseWriter, r *http.Request, q *request) {
 	c := m.c
-	charges, ok := m.limit(w, r, q.client, m.rates[len(m.rates)-m.own:], q.charges)
+	charges, ok := m.limit(w, r, q.client(), m.rates[len(m.rates)-m.own:], q.charges)
 	if !ok {
 		q.refused = true
 		q.charges = q.charges[:0] // given back
@@ -542,7 +567,7 @@ func (m *Middleware) serveRoute(next http.Handler, w http.ResponseWriter, r *htt
 		return
 	}
 	q.charges = charges
-	c.setRateHeaders(w.Header(), charges, nil)
+	c.setRateHeaders(w.Header(), charges, nil, nil)
 	next.ServeHTTP(w, r)
 }
 
@@ -573,7 +598,7 @@ func (m *Middleware) limit(w http.ResponseWriter, r *http.Request, addr string, 
 		refused := ref.Dec // a copy for the Denial, made only on this path
 		den.Decision = &refused
 	}
-	c.setRefusalHeaders(w.Header(), ref.Rate.Item, ref.Dec, ref.Reason)
+	c.setRefusalHeaders(w.Header(), ref.Rate, ref.Dec, ref.Reason)
 	c.refuse(w, r, ref.Key, den)
 	return nil, false
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/limitsgo/limits"
 	"github.com/limitsgo/limits/internal/front"
@@ -71,58 +72,67 @@ func (c *core) refuse(w http.ResponseWriter, r *http.Request, key string, d Deni
 	w.Write(body)
 }
 
-// rateItem is one policy's entry in the rate limit header fields: its
-// quoted name, its Decision, and whether to report the key's state (r and
-// t) and with which t.
+// rateItem is one policy's entry in the rate limit header fields: the
+// policy, the limit and the requests left its Decision reports, and
+// whether to report the key's state (r and t) and with which t.
 type rateItem struct {
-	name  string
-	d     limits.Decision
-	state bool
-	t     time.Duration
+	rate      *front.Rate
+	limit     int
+	period    time.Duration
+	remaining int
+	state     bool
+	t         time.Duration
+}
+
+// itemOf returns the item of a Decision d of the policy rate.
+func itemOf(rate *front.Rate, d *limits.Decision, state bool, t time.Duration) rateItem {
+	return rateItem{rate: rate, limit: d.Limit, period: d.Period, remaining: d.Remaining, state: state, t: t}
 }
 
 // setRateHeaders sets the rate limit headers of the selected mode for an
 // allowed request, with the decisions of every policy that charged it: t
-// is the time until each bucket is full again.
-func (c *core) setRateHeaders(h http.Header, charges []front.Charge, fields []string) {
+// is the time until each bucket is full again. vals and text are memory
+// for the values, as writeRateHeaders takes them.
+func (c *core) setRateHeaders(h http.Header, charges []front.Charge, vals []string, text []byte) {
 	if len(charges) == 0 || c.headers == HeadersNone {
 		return
 	}
 	var buf [4]rateItem
 	items := buf[:0]
-	for _, c := range charges {
-		if !c.Dec.Allowed {
+	for i := range charges {
+		ch := &charges[i]
+		if !ch.Dec.Allowed {
 			continue // its limiter failed and FailOpen served the request: no state to report
 		}
-		items = append(items, rateItem{name: c.Rate.Item, d: c.Dec, state: true, t: c.Dec.ResetAfter})
+		items = append(items, itemOf(ch.Rate, &ch.Dec, true, ch.Dec.ResetAfter))
 	}
 	if len(items) == 0 {
 		return
 	}
-	c.writeRateHeaders(h, items, fields)
+	c.writeRateHeaders(h, items, vals, text)
 }
 
 // rateHeaders are the header fields setRateHeaders may set.
 var rateHeaders = [...]string{"Ratelimit-Policy", "Ratelimit", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"}
 
 // setRefusalHeaders sets the rate limit headers for a request refused by
-// the policy quoted as item, with Decision d, for the given reason: the
+// the policy rate, with Decision d, for the given reason: the
 // refusing policy only, in place of any an earlier layer set, with t the
 // wait Retry-After gives for rate_limited, the time until the bucket is
 // full again for refusals waiting cannot cure, and no state for a refusal
 // that knows none (a full table, an unavailable limiter).
-func (c *core) setRefusalHeaders(h http.Header, item string, d limits.Decision, reason string) {
+func (c *core) setRefusalHeaders(h http.Header, rate *front.Rate, d limits.Decision, reason string) {
 	for _, k := range rateHeaders {
 		delete(h, k)
 	}
 	if c.headers == HeadersNone || reason == ReasonLimiterError {
 		return
 	}
-	it := rateItem{name: item, d: d, state: reason != ReasonTableFull, t: d.ResetAfter}
+	it := itemOf(rate, &d, reason != ReasonTableFull, d.ResetAfter)
 	if reason == ReasonRateLimited {
 		it.t = d.RetryAfter
 	}
-	c.writeRateHeaders(h, []rateItem{it}, nil)
+	c.writeRateHeaders(h, []rateItem{it}, nil, nil)
 }
 
 // writeRateHeaders sets the header fields of the selected mode for items.
@@ -130,22 +140,45 @@ func (c *core) setRefusalHeaders(h http.Header, item string, d limits.Decision, 
 // In the IETF fields, q is the policy's Limit and w its Period in whole
 // seconds (rounded up; at least 1), r the requests left and t the item's
 // t in whole seconds, rounded up. The legacy headers report the item with
-// the fewest requests left. The fields' values are kept in fields'
-// backing array if it has room (the request's own memory), so that only
-// their text is allocated; fields must not be used for anything else.
-func (c *core) writeRateHeaders(h http.Header, items []rateItem, fields []string) {
-	// Every value is built in one buffer and cut from one string.
+// the fewest requests left. The values are kept in vals' backing array
+// if it has room, and their text in text if it has room (the request's
+// own memory), so that they cost no allocation; text is written once and
+// must not be written again.
+func (c *core) writeRateHeaders(h http.Header, items []rateItem, vals []string, text []byte) {
+	// Every value is built in one buffer and cut from one string, but for
+	// the RateLimit-Policy field of one policy, which is the policy's
+	// text kept (policyItem).
 	var buf [256]byte
 	b := buf[:0]
 	var ends [5]int
 	var keys [5]string
+	policy := "" // the RateLimit-Policy field, if it is one policy's kept text
 	nv := 0
 	if c.headers != HeadersLegacy {
-		b = appendItems(b, items, false)
+		if len(items) == 1 {
+			policy = policyItem(&items[0])
+		} else {
+			for i := range items {
+				if i > 0 {
+					b = append(b, ", "...)
+				}
+				b = append(b, policyItem(&items[i])...)
+			}
+		}
 		ends[nv], keys[nv] = len(b), "Ratelimit-Policy"
 		nv++
 		if items[0].state {
-			b = appendItems(b, items, true)
+			for i := range items {
+				it := &items[i]
+				if i > 0 {
+					b = append(b, ", "...)
+				}
+				b = append(b, it.rate.Item...)
+				b = append(b, ";r="...)
+				b = strconv.AppendInt(b, int64(it.remaining), 10)
+				b = append(b, ";t="...)
+				b = strconv.AppendInt(b, seconds(it.t), 10)
+			}
 			ends[nv], keys[nv] = len(b), "Ratelimit"
 			nv++
 		}
@@ -153,23 +186,28 @@ func (c *core) writeRateHeaders(h http.Header, items []rateItem, fields []string
 	if c.headers == HeadersIETFAndLegacy || c.headers == HeadersLegacy {
 		it := items[0]
 		for _, e := range items[1:] {
-			if e.d.Remaining < it.d.Remaining {
+			if e.remaining < it.remaining {
 				it = e
 			}
 		}
-		b = strconv.AppendInt(b, int64(it.d.Limit), 10)
+		b = strconv.AppendInt(b, int64(it.limit), 10)
 		ends[nv], keys[nv] = len(b), "X-Ratelimit-Limit"
 		nv++
 		if it.state {
-			b = strconv.AppendInt(b, int64(it.d.Remaining), 10)
+			b = strconv.AppendInt(b, int64(it.remaining), 10)
 			ends[nv], keys[nv] = len(b), "X-Ratelimit-Remaining"
 			b = strconv.AppendInt(b, seconds(it.t), 10)
 			ends[nv+1], keys[nv+1] = len(b), "X-Ratelimit-Reset"
 			nv += 2
 		}
 	}
-	all := string(b)
-	vals := fields[:0:cap(fields)] // the request's memory, if it has some
+	var all string
+	if len(b) <= len(text) && len(b) > 0 {
+		copy(text, b)
+		all = unsafe.String(&text[0], len(b))
+	} else {
+		all = string(b)
+	}
 	if cap(vals) < nv {
 		vals = make([]string, nv)
 	}
@@ -177,32 +215,33 @@ func (c *core) writeRateHeaders(h http.Header, items []rateItem, fields []string
 	from := 0
 	for i := range nv {
 		vals[i] = all[from:ends[i]]
+		if i == 0 && policy != "" {
+			vals[i] = policy
+		}
 		h[keys[i]] = vals[i : i+1 : i+1]
 		from = ends[i]
 	}
 }
 
-// appendItems appends one Structured Field list item per policy: with the
-// policy's q and w parameters, or with state, the current r and t.
-func appendItems(b []byte, items []rateItem, state bool) []byte {
-	for i, it := range items {
-		if i > 0 {
-			b = append(b, ", "...)
-		}
-		b = append(b, it.name...)
-		if state {
-			b = append(b, ";r="...)
-			b = strconv.AppendInt(b, int64(it.d.Remaining), 10)
-			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, seconds(it.t), 10)
-		} else {
-			b = append(b, ";q="...)
-			b = strconv.AppendInt(b, int64(it.d.Limit), 10)
-			b = append(b, ";w="...)
-			b = strconv.AppendInt(b, max(1, seconds(it.d.Period)), 10)
-		}
+// policyItem returns the Structured Field list item of it's policy in
+// the RateLimit-Policy field: its name with the q and w parameters of its
+// Decision's limit. The first limit a policy reports is formatted once
+// and kept, since a policy's limit rarely changes; any other is
+// formatted anew each time.
+func policyItem(it *rateItem) string {
+	r := it.rate
+	if s, ok := r.Text.Get(it.limit, it.period); ok {
+		return s
 	}
-	return b
+	var buf [64]byte
+	b := append(buf[:0], r.Item...)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, int64(it.limit), 10)
+	b = append(b, ";w="...)
+	b = strconv.AppendInt(b, max(1, seconds(it.period)), 10)
+	s := string(b)
+	r.Text.PutFirst(it.limit, it.period, s)
+	return s
 }
 
 // seconds returns d in whole seconds, rounded up.

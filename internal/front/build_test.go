@@ -3,6 +3,7 @@ package front
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"testing"
@@ -211,6 +212,45 @@ func TestKeyOf(t *testing.T) {
 	}
 	if got := id.KeyOf(netip.Addr{}, nil); got != "a:invalid" {
 		t.Errorf("KeyOf of the zero Addr: %q", got)
+	}
+}
+
+// TestKeyIPv4Text checks that the key of a peer given as text is the key
+// of its address parsed by ParseHost, where Key parses dotted IPv4 itself
+// and copies its text rather than format it: whatever it accepts, it
+// reads as net/netip does, and the text it copies is the address's own.
+func TestKeyIPv4Text(t *testing.T) {
+	fwd := func() []string { return []string{"203.0.113.9"} }
+	for _, id := range []Identity{
+		{IPv4Bits: 32, IPv6Bits: 64},
+		{Proxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, IPv4Bits: 32, IPv6Bits: 64},
+		{IPv4Bits: 24, IPv6Bits: 64},
+	} {
+		for _, peer := range []string{
+			"192.0.2.7:1", "192.0.2.7", "0.0.0.0:0", "255.255.255.255:65535", "192.0.2.7:080",
+			"[::ffff:192.0.2.7]:1", "::ffff:192.0.2.7", "10.1.1.1:1", "10.1.1.1",
+			"01.2.3.4:1", "1.2.3.4:", "1.2.3.4:99999", "1.2.3.4:x", "1.2.3:4", "1.2.3.4.5:6", "[1.2.3.4]:5", ":1", "",
+			"1.2.3.4:65535", "1.2.3.4:65536", "1.2.3.4:000080", "1.2.3.4:00080", "1.2.3.256:1", "1.2.3.4:-1", "1.2.3.4:+1",
+			"1.2.3.4:1:2", "1.2.3.4 ", "1.2.3.4x", "1.2.3.1000", "1..3.4", ".1.2.3", "1.2.3.4.", "0.0.0.00", "192.0.2.7:1%eth0",
+		} {
+			got := id.Key(peer, fwd)
+			if want := id.KeyOf(ParseHost(peer), fwd); got != want {
+				t.Errorf("%v: Key(%q) = %q, want %q", id.Proxies, peer, got, want)
+			}
+		}
+	}
+	// Texts of digits, dots and colons, at random.
+	rng := rand.New(rand.NewPCG(1, 2))
+	id := Identity{IPv4Bits: 32, IPv6Bits: 64}
+	for range 20000 {
+		b := make([]byte, rng.IntN(22))
+		for i := range b {
+			b[i] = "0123456789..::"[rng.IntN(14)]
+		}
+		peer := string(b)
+		if got, want := id.Key(peer, nil), id.KeyOf(ParseHost(peer), nil); got != want {
+			t.Fatalf("Key(%q) = %q, want %q", peer, got, want)
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +38,41 @@ const (
 	EnvOnLimiterError       = "LIMITS_ON_LIMITER_ERROR"
 	EnvPolicyName           = "LIMITS_POLICY_NAME"
 )
+
+// Common reads the variables every front end reads (those of
+// ConfigFields) into the fields of cfg, a front end's Config, addressable,
+// in the order of ConfigFields; forwarded are the values its
+// ForwardedHeader may take, as its protocol spells them. The front end
+// reads the variables of its own after. The fields must be as
+// ConfigFields says (CheckConfig), or Common panics.
+func (e *Env) Common(cfg reflect.Value, forwarded []string) {
+	for _, f := range ConfigFields {
+		if f.Env == "" {
+			continue
+		}
+		v := cfg.FieldByName(f.Name)
+		switch p := v.Addr().Interface().(type) {
+		case *int:
+			e.Integer(f.Env, p)
+		case *time.Duration:
+			e.Duration(f.Env, p, f.Zero)
+		case *limits.Limit:
+			e.Limit(f.Env, p)
+		case **adaptive.Config:
+			e.Adaptive(f.Env, EnvAdaptiveMin, p)
+		case *[]netip.Prefix:
+			e.Prefixes(f.Env, p)
+		case *string:
+			if f.Name == "ForwardedHeader" {
+				e.Choice(f.Env, forwarded, func(i int) { *p = forwarded[i] })
+			} else {
+				e.String(f.Env, p)
+			}
+		default: // OnLimiterError, of the front end's own type
+			e.Choice(f.Env, []string{"fail_closed", "fail_open"}, func(i int) { v.SetUint(uint64(i)) })
+		}
+	}
+}
 
 // Env reads the variables of one prefix into a configuration, keeping the
 // first error, which names the variable read. Variables that are not set

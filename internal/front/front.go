@@ -52,8 +52,39 @@ type Rate struct {
 	Pre *limits.GCRA
 	// Counts counts the policy's outcomes.
 	Counts Counts
+	// Text keeps what a front end last wrote of the policy's limit, such
+	// as its item of the RateLimit-Policy header field.
+	Text TextCache
 
 	local *limits.GCRA // Limiter, if it decides in process
+}
+
+// TextCache keeps the text a front end made of a policy's limit, so that
+// a policy whose limit does not change (that of a local limiter) is
+// formatted once rather than for every request. It is safe for
+// concurrent use; the zero TextCache holds nothing.
+type TextCache struct{ p atomic.Pointer[limitText] }
+
+type limitText struct {
+	limit  int
+	period time.Duration
+	text   string
+}
+
+// Get returns the text kept for a limit of limit events per period, if
+// the last text kept is that limit's.
+func (c *TextCache) Get(limit int, period time.Duration) (string, bool) {
+	if t := c.p.Load(); t != nil && t.limit == limit && t.period == period {
+		return t.text, true
+	}
+	return "", false
+}
+
+// PutFirst keeps text as the text of a limit of limit events per period,
+// if c keeps no text yet: a policy whose limit varies (by key, say) keeps
+// the first, rather than make every request pay for a new one.
+func (c *TextCache) PutFirst(limit int, period time.Duration, text string) {
+	c.p.CompareAndSwap(nil, &limitText{limit, period, text})
 }
 
 // Counts counts the outcomes of a policy, or of a whole front end, by

@@ -28,12 +28,71 @@ type Identity struct {
 // only if the peer is a trusted proxy, the values of the one forwarding
 // header the proxies write, each a comma-separated list of hops.
 func (id *Identity) Key(peer string, forwarded func() []string) string {
-	return id.KeyOf(ParseHost(peer), forwarded)
+	var buf [KeyBytes]byte
+	return string(id.AppendKey(buf[:0], peer, forwarded))
 }
 
 // AppendKey appends to b the key Key returns (at most KeyBytes bytes).
 func (id *Identity) AppendKey(b []byte, peer string, forwarded func() []string) []byte {
+	if id.IPv4Bits == 32 {
+		// A peer in dotted decimal that is not a trusted proxy is the
+		// client, and its prefix is its address, whose text is the one
+		// given: copied, it costs neither parsing by net/netip nor
+		// formatting.
+		if host, ip, ok := dottedQuad(peer); ok && !id.Trusted(netip.AddrFrom4(ip)) {
+			b = append(b, "a:"...)
+			b = append(b, host...)
+			return append(b, "/32"...)
+		}
+	}
 	return id.AppendKeyOf(b, ParseHost(peer), forwarded)
+}
+
+// dottedQuad parses peer as an IPv4 address in dotted decimal with an
+// optional port, and returns its host part and address: four decimal
+// octets up to 255 with no leading zero (the address's own text, as
+// net/netip prints it), then, if there is a colon, a port of one to five
+// digits up to 65535. It reports false for anything else, which may still
+// be an address that ParseHost accepts (IPv6, an IPv4-mapped one, a port
+// with more leading zeros): the caller then takes the general way.
+func dottedQuad(peer string) (host string, ip [4]byte, ok bool) {
+	i := 0
+	for k := range 4 {
+		if k > 0 {
+			if i >= len(peer) || peer[i] != '.' {
+				return "", ip, false
+			}
+			i++
+		}
+		start, v := i, 0
+		for i < len(peer) && i-start < 3 && peer[i] >= '0' && peer[i] <= '9' {
+			v = v*10 + int(peer[i]-'0')
+			i++
+		}
+		if i == start || v > 255 || (peer[start] == '0' && i-start > 1) {
+			return "", ip, false
+		}
+		ip[k] = byte(v)
+	}
+	host = peer[:i]
+	if i == len(peer) {
+		return host, ip, true
+	}
+	if peer[i] != ':' {
+		return "", ip, false
+	}
+	port := peer[i+1:]
+	if len(port) == 0 || len(port) > 5 {
+		return "", ip, false
+	}
+	v := 0
+	for j := 0; j < len(port); j++ {
+		if port[j] < '0' || port[j] > '9' {
+			return "", ip, false
+		}
+		v = v*10 + int(port[j]-'0')
+	}
+	return host, ip, v <= 65535
 }
 
 // Trusted reports whether a is inside one of the trusted proxy prefixes.
