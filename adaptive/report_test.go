@@ -19,7 +19,7 @@ var reportDir = flag.String("report", "", "write the simulation's charts to this
 //
 //	go test ./adaptive -run TestReport -report docs
 //
-// It takes about fifteen seconds.
+// It takes about 35 seconds.
 func TestReport(t *testing.T) {
 	if *reportDir == "" {
 		t.Skip("no -report directory")
@@ -207,7 +207,7 @@ func write(t *testing.T, name string, data []byte) {
 //
 //	go test ./adaptive -run TestReportMatrix -report docs
 //
-// It takes about two minutes.
+// It takes about three minutes.
 func TestReportMatrix(t *testing.T) {
 	if *reportDir == "" {
 		t.Skip("no -report directory")
