@@ -412,15 +412,16 @@ func TestControllerWait(t *testing.T) {
 	} {
 		synctest.Test(t, func(t *testing.T) {
 			g := mustGate(t, c.limit)
-			ctrl := mustNew(t, g, adaptive.Config{Law: adaptive.Fixed{}, ProbeEvery: -1, Window: time.Millisecond, Samples: 10, Wait: c.cfg})
+			ctrl := mustNew(t, g, adaptive.Config{Law: adaptive.Fixed{}, ProbeEvery: -1, Window: time.Millisecond, Samples: 40, Wait: c.cfg})
 			if got := ctrl.Wait(); got != 0 {
 				t.Fatalf("limit %d: wait %v before any request, want 0", c.limit, got)
 			}
 			// c.limit callers, each serving a request of 10ms after the
 			// other, for a second.
 			var wg sync.WaitGroup
-			for range c.limit {
+			for i := range c.limit {
 				wg.Go(func() {
+					time.Sleep(primes[i]) // no two callers at one instant
 					for range 100 {
 						p, ok := ctrl.Enter(context.Background())
 						if !ok {
