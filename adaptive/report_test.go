@@ -19,7 +19,7 @@ var reportDir = flag.String("report", "", "write the simulation's charts to this
 //
 //	go test ./adaptive -run TestReport -report docs
 //
-// It takes about ten seconds.
+// It takes about 35 seconds.
 func TestReport(t *testing.T) {
 	if *reportDir == "" {
 		t.Skip("no -report directory")
@@ -207,7 +207,7 @@ func write(t *testing.T, name string, data []byte) {
 //
 //	go test ./adaptive -run TestReportMatrix -report docs
 //
-// It takes about a minute.
+// It takes about three minutes.
 func TestReportMatrix(t *testing.T) {
 	if *reportDir == "" {
 		t.Skip("no -report directory")
@@ -225,10 +225,11 @@ func TestReportMatrix(t *testing.T) {
 	tab := report.NewTable(report.Text("law"), report.Num("C"), report.Text("service"),
 		report.Num("from C/10: limit"), report.Num("settled after"),
 		report.Num("from 10C: limit"), report.Num("settled after"),
+		report.Num("C halved: limit"), report.Num("settled after"),
 		report.Num("p99 / unloaded p99"), report.Num("goodput"), report.Num("refused at 0.7x"))
-	after := func(v time.Duration) string {
+	after := func(v time.Duration, in time.Duration) string {
 		if v < 0 {
-			return "not in 20s"
+			return fmt.Sprintf("not in %v", in)
 		}
 		return report.Float(v.Seconds(), 2) + " s"
 	}
@@ -245,11 +246,17 @@ func TestReportMatrix(t *testing.T) {
 					r := capRun{law: l.law, c: cc.C, dist: dist, initial: init, load: 2, d: d, timeout: timeout}
 					res, _ := r.run(t)
 					o := r.measure(res, 0, cc.C)
-					cells = append(cells, report.Float(o.limit, 1), after(o.settle))
+					cells = append(cells, report.Float(o.limit, 1), after(o.settle, d))
 					p99, goodput = max(p99, o.p99), min(goodput, o.goodput)
 				}
-				r := capRun{law: l.law, c: cc.C, dist: dist, initial: cc.C, load: 0.7, d: d, timeout: timeout}
+				// The capacity halved after 10s, from C.
+				r := capRun{law: l.law, c: cc.C, dist: dist, initial: cc.C, load: 2, d: d, timeout: timeout,
+					changes: []sim.Change{{At: d / 2, Servers: max(cc.C/2, 1)}}}
 				res, _ := r.run(t)
+				half := r.measure(res, d/2, max(cc.C/2, 1))
+				cells = append(cells, report.Float(half.limit, 1), after(half.settle, d/2))
+				r = capRun{law: l.law, c: cc.C, dist: dist, initial: cc.C, load: 0.7, d: d, timeout: timeout}
+				res, _ = r.run(t)
 				light := r.measure(res, 0, cc.C)
 				tab.Row(append(append([]string{l.name, fmt.Sprint(cc.C), fmt.Sprintf("%v, %v", dist, meanOf(cc.C))}, cells...),
 					report.Float(p99, 2), report.Percent(goodput), report.Percent(light.refused))...)

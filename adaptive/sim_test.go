@@ -102,7 +102,9 @@ func settled(res *sim.Result, from time.Duration, lo, hi int) time.Duration {
 // TestSimConverges starts an adaptive gate ten times too low and ten
 // times too high before a service under twice the load it can serve: the
 // limit settles within 20% of the capacity in 5 seconds, and requests let
-// in are served about as fast as without load.
+// in are served about as fast as without load, at 85% of the capacity at
+// least (from too low, the first baseline may read low, and be measured
+// again, at half the limit for a window or two).
 func TestSimConverges(t *testing.T) {
 	base := unloaded(t)
 	for _, c := range []struct {
@@ -119,7 +121,7 @@ func TestSimConverges(t *testing.T) {
 			if s.P99 > 2*base.P99 || s.P50 > base.P50*13/10 {
 				t.Errorf("admitted requests: p50 %v, p99 %v; unloaded p50 %v, p99 %v", s.P50, s.P99, base.P50, base.P99)
 			}
-			if s.Throughput < 0.9*capacity {
+			if s.Throughput < 0.85*capacity {
 				t.Errorf("admitted %.0f requests a second, capacity %.0f", s.Throughput, capacity)
 			}
 			t.Logf("settled after %v; p50 %v, p99 %v (unloaded %v, %v); %.0f/s", at, s.P50, s.P99, base.P50, base.P99, s.Throughput)

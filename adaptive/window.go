@@ -88,6 +88,9 @@ type Window struct {
 	// its limit, after the start or a probe, and saw few more requests than
 	// its limit: the gate may have been filling from empty.
 	filling bool
+	// first is set by the Controller on the first window after the start
+	// or a probe.
+	first bool
 	// prev is the window after which the limit began to rise, if the
 	// Controller has one: a burst reads latency against it before a
 	// baseline.

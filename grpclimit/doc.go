@@ -74,8 +74,9 @@
 //   - A caller key gets a bucket only for a call its address allowed, so
 //     the entries one address can create are bounded by its own
 //     allowance.
-//   - Every wait is bounded: the gate's queue by QueueWait, each call of a
-//     limiter by LimiterTimeout, the unary call from its admission (limiter
+//   - Every wait is bounded: the gate's queue by QueueWait (with an
+//     adaptive gate and no QueueWait, by the controller's wait, at most
+//     the mean latency), each call of a limiter by LimiterTimeout, the unary call from its admission (limiter
 //     calls and handler together) by Timeout. Past the
 //     bound the layer's policy applies, and every place taken is given
 //     back on every way out: return, panic, client gone, timeout,

@@ -33,8 +33,11 @@ type Config struct {
 	// ceiling of the adaptive limit.
 	MaxInFlight int
 	// QueueWait is how long a request may wait for room in the gate before
-	// it is refused; 0 refuses at once. Keep it short: it is for bursts
-	// that clear within milliseconds, not a queue.
+	// it is refused; 0 refuses at once, or, with an adaptive gate (Adaptive
+	// or Controller), waits the controller's wait (adaptive.Controller.Wait:
+	// the time in which two places free, at most the mean latency; set
+	// Adaptive.Wait < 0 for none). Keep it short: it is for bursts that
+	// clear within milliseconds, not a queue.
 	QueueWait time.Duration
 	// QueueAdapt, if positive, lets the gate stop queueing while waiting
 	// does not help (see limits.Gate.AdaptWait): every QueueAdapt, it looks

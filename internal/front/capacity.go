@@ -18,7 +18,8 @@ type Capacity struct {
 	Gate *limits.Gate
 	// Ctrl moves the gate's maximum, if set.
 	Ctrl *adaptive.Controller
-	// Wait is how long a request may wait for a place.
+	// Wait is how long a request may wait for a place; 0 means none, or
+	// with Ctrl, Ctrl.Wait.
 	Wait time.Duration
 	// Shared says the gate was given to the front end, which then shares
 	// it with others: its counters are the gate's own, exported once by
@@ -120,9 +121,13 @@ func (c *Capacity) Enter(ctx context.Context, h *Held, p limits.Priority) bool {
 		return true
 	}
 	var ok bool
-	if c.Wait > 0 {
+	switch {
+	case c.Wait > 0:
 		h.permit, ok = c.Gate.EnterPriority(ctx, c.Wait, p)
-	} else {
+	case c.Ctrl != nil:
+		// The controller's wait, two places' time (adaptive.Controller.Wait).
+		h.permit, ok = c.Ctrl.EnterPriority(ctx, p)
+	default:
 		h.permit, ok = c.Gate.TryEnterPriority(p)
 	}
 	if ok && c.Ctrl != nil {

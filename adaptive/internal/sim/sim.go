@@ -12,6 +12,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing/synctest"
 	"time"
 
@@ -127,8 +128,23 @@ type Front struct {
 	Gate *limits.Gate
 	// Ctrl, if set, is told of each request served.
 	Ctrl *adaptive.Controller
-	// Wait is how long a request may wait in Gate.Enter; 0 uses TryEnter.
+	// Wait is how long a request may wait in Gate.Enter. 0 uses the
+	// Controller's Enter, which waits Controller.Wait, as the front ends
+	// do with an adaptive gate, or without Ctrl, TryEnter; < 0 uses
+	// TryEnter.
 	Wait time.Duration
+}
+
+// wait returns how long a request arriving now may wait in the gate, or
+// 0 for none.
+func (f Front) wait() time.Duration {
+	switch {
+	case f.Wait > 0:
+		return f.Wait
+	case f.Wait == 0 && f.Ctrl != nil:
+		return f.Ctrl.Wait()
+	}
+	return 0
 }
 
 // Config is a run.
@@ -232,6 +248,12 @@ type run struct {
 	busy  int
 	serve int // workers now
 	queue []*req
+	// live counts the requests waiting in the gate, on goroutines of
+	// their own; longest is the longest wait given.
+	live    atomic.Int64
+	longest time.Duration
+	spawned bool     // a request began to wait in the event being handled
+	jobs    chan job // to the waiters idle
 	// The bucket being filled.
 	b    Bucket
 	lats []time.Duration
@@ -244,7 +266,7 @@ func Run(cfg Config) *Result {
 	if cfg.Bucket == 0 {
 		cfg.Bucket = 250 * time.Millisecond
 	}
-	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), t0: time.Now(), serve: cfg.Service.Servers}
+	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), t0: time.Now(), serve: cfg.Service.Servers, jobs: make(chan job)}
 	end := cfg.Load[len(cfg.Load)-1].Until
 	r.push(event{at: r.interarrival(0), kind: evArrive})
 	for i, c := range cfg.Service.Changes {
@@ -253,7 +275,6 @@ func Run(cfg Config) *Result {
 	for t := cfg.Bucket; t <= end; t += cfg.Bucket {
 		r.push(event{at: t, kind: evBucket})
 	}
-	waiters := cfg.Front.Gate != nil && cfg.Front.Wait > 0
 	for {
 		r.mu.Lock()
 		if len(r.evs) == 0 {
@@ -268,16 +289,22 @@ func Run(cfg Config) *Result {
 		if d := ev.at - time.Since(r.t0); d > 0 {
 			time.Sleep(d)
 		}
+		r.spawned = false
 		r.handle(ev, end)
-		if waiters {
-			synctest.Wait() // let woken waiters push their events
+		if r.spawned || (ev.kind == evDone && r.live.Load() > 0) {
+			// Let a new waiter join the gate's queue, or those a place
+			// freed push their events. (A waiter whose wait runs out does
+			// so while the run sleeps, at a time no event falls on.)
+			synctest.Wait()
 		}
 	}
-	if waiters {
-		// Let the callers still waiting give up, for the bubble to end.
-		time.Sleep(cfg.Front.Wait)
+	if r.longest > 0 {
+		// Let the callers still waiting give up, and the waiters end, for
+		// the bubble to end.
+		time.Sleep(r.longest)
 		synctest.Wait()
 	}
+	close(r.jobs)
 	res := &Result{Buckets: r.out, Requests: make([]Request, len(r.reqs))}
 	r.mu.Lock()
 	for i, q := range r.reqs {
@@ -391,29 +418,70 @@ func (r *run) admit(q *req) {
 		q.admit = q.Arrive
 		r.mu.Unlock()
 		r.start(q, q.Arrive)
-	case f.Wait <= 0:
-		var ok bool
-		q.permit, ok = f.Gate.TryEnter()
-		r.mu.Lock()
-		r.admitted(q, ok, q.Arrive)
-		r.mu.Unlock()
-		if ok {
-			r.start(q, q.Arrive)
-		}
 	default:
-		go func() {
+		wait := f.wait()
+		if wait <= 0 || f.free() {
+			// No wait, or a place free now: the gate answers at once.
 			var ok bool
-			// An odd wait: its end never falls on an event's time.
-			q.permit, ok = f.Gate.Enter(context.Background(), f.Wait|1)
-			now := time.Since(r.t0)
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			r.admitted(q, ok, now)
-			if ok {
-				heap.Push(&r.evs, event{at: now, kind: evStart, id: q.id, r: q})
+			if wait <= 0 {
+				q.permit, ok = f.Gate.TryEnter()
+			} else {
+				q.permit, ok = f.Gate.Enter(context.Background(), wait)
 			}
-		}()
+			r.mu.Lock()
+			r.admitted(q, ok, q.Arrive)
+			r.mu.Unlock()
+			if ok {
+				r.start(q, q.Arrive)
+			}
+			return
+		}
+		r.longest = max(r.longest, wait)
+		r.live.Add(1)
+		r.spawned = true
+		j := job{q: q, wait: wait | 1}
+		select {
+		case r.jobs <- j: // to a waiter that is idle
+		default:
+			go r.waiter(j)
+		}
 	}
+}
+
+// job is a request to wait in the gate for, with its wait, odd: its end
+// never falls on an event's time.
+type job struct {
+	q    *req
+	wait time.Duration
+}
+
+// waiter waits in the gate for j's request, then for the requests it is
+// given, until the run ends. (Waiters are reused: a goroutine's stack
+// grows once.)
+func (r *run) waiter(j job) {
+	for ok := true; ok; j, ok = <-r.jobs {
+		q := j.q
+		// With the Controller's wait, this is Controller.Enter, but for
+		// the wait made odd.
+		var in bool
+		q.permit, in = r.cfg.Front.Gate.Enter(context.Background(), j.wait)
+		now := time.Since(r.t0)
+		r.mu.Lock()
+		r.admitted(q, in, now)
+		if in {
+			heap.Push(&r.evs, event{at: now, kind: evStart, id: q.id, r: q})
+		}
+		r.mu.Unlock()
+		r.live.Add(-1)
+	}
+}
+
+// free reports whether the gate has a place free and nobody waiting, so
+// that Enter takes the place at once. Only the run's own goroutine, which
+// asks, and waiters, which are blocked while it runs, enter the gate.
+func (f Front) free() bool {
+	s := f.Gate.Stats()
+	return s.InFlight < s.Max && s.Waiting == 0
 }
 
 // admitted records the gate's answer to q at now. r.mu is held.
