@@ -203,12 +203,6 @@ func (r *Rate) Observe(key string, n int64) int64 {
 // ObserveHash is Observe for a key hashed with Hash.
 func (r *Rate) ObserveHash(h uint64, n int64) int64 {
 	c := r.cur.Load()
-	if r.exact {
-		// Ask for the key's line before reading the clock, which waits
-		// for earlier loads, so that a cache miss overlaps it.
-		w := &r.win[c&1]
-		w.prefetch(h)
-	}
 	d := r.elapsed()
 	// The clock is still in window c (or, read before another caller moved
 	// on, in an earlier one) unless it is a full interval past c's start;

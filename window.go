@@ -146,34 +146,8 @@ func (w *window) lineOf(h uint64) (first uint64, fp uint64) {
 	return (uint64(uint32(h)) * w.lines >> 32) * lineWords, fp
 }
 
-// probe returns the index in line of the first entry that holds
-// fingerprint fp or is empty, or lineWords*2 if the line is full of other
-// keys, and the word holding that entry, read after the search. As
-// entries are claimed in order, a key without an entry before the line's
-// first empty one has none. An entry found empty may have been claimed by
-// another key by the time its word is read: callers check the word.
-func probe(line *[lineWords]atomic.Int64, fp uint64) (e int, v uint64) {
-	m := probeMask(line, fp)
-	if m == 0 {
-		return 2 * lineWords, 0
-	}
-	e = bits.TrailingZeros32(m) / 2
-	return e, uint64(line[e/2].Load())
-}
-
 // entryOf returns the shift of entry e in its word.
 func entryOf(e int) uint { return uint(e&1) * halfBits }
-
-// prefetch asks for key hash h's line of the table of w and its counters
-// in the sketch, before Observe reads the clock, so that the cache misses
-// overlap that: past the table's capacity, most keys are counted in the
-// sketch after a look at their line.
-func (w *window) prefetch(h uint64) {
-	first, _ := w.lineOf(h)
-	p0, p1, p2, p3 := w.cellsOf(h)
-	addr := func(c *atomic.Int64) uintptr { return uintptr(unsafe.Pointer(c)) }
-	prefetch5(addr(&w.table[first]), addr(&w.sk[p0>>1]), addr(&w.sk[p1>>1]), addr(&w.sk[p2>>1]), addr(&w.sk[p3>>1]))
-}
 
 // Masks of the two entries of a word, for probing a line a word at a
 // time without SSE2: their fingerprints, and the lowest and highest bit
@@ -184,10 +158,12 @@ const (
 	fpHigh = fpLow << 15
 )
 
-// probeWords is probeMask in Go, a word at a time.
+// probeWords is probeMask in Go, a word at a time, for processors without
+// an assembly version. It stops at the first word with an entry holding
+// fp or empty, and so sets the bit of the first such entry, perhaps of
+// the word's high entry after it, and none after that word.
 func probeWords(line *[lineWords]atomic.Int64, fp uint64) uint32 {
 	pat := fp<<(halfBits+fpShift) | fp<<fpShift
-	var found uint32
 	for i := range lineWords {
 		x := uint64(line[i].Load())
 		// The highest bit of a fingerprint's field is set in z if the
@@ -195,10 +171,11 @@ func probeWords(line *[lineWords]atomic.Int64, fp uint64) uint32 {
 		// entry only perhaps if the low one is: a borrow out of a zero
 		// low field can flag the high one, which is never the first.
 		e, m := x&fpMask, (x^pat)&fpMask
-		z := (e-fpLow)&^e&fpHigh | (m-fpLow)&^m&fpHigh
-		found |= uint32(z>>(fpShift+15-1)&2|z>>(halfBits+fpShift+15-3)&8) << (4 * i)
+		if z := (e-fpLow)&^e&fpHigh | (m-fpLow)&^m&fpHigh; z != 0 {
+			return uint32(z>>(fpShift+15-1)&2|z>>(halfBits+fpShift+15-3)&8) << (4 * i)
+		}
 	}
-	return found
+	return 0
 }
 
 // observe counts n > 0 events of key hash h in w, which has a table, and
@@ -210,10 +187,15 @@ func (w *window) observe(h uint64, n int64) int64 {
 	first, fp := w.lineOf(h)
 	line := (*[lineWords]atomic.Int64)(w.table[first : first+lineWords])
 	for {
-		i, v := probe(line, fp)
-		if i == 2*lineWords {
+		// The first entry that holds fp or is empty; as entries are
+		// claimed in order, a key without an entry before the line's
+		// first empty one has none.
+		m := probeMask(line, fp)
+		if m == 0 {
 			return w.sketchAdd(h, n) // a full line without the key: the common case past the table's capacity
 		}
+		i := bits.TrailingZeros32(m) / 2
+		v := uint64(line[i/2].Load())
 		shift := entryOf(i)
 		e := v >> shift & halfMask
 		if f := e >> fpShift; f != fp && f != 0 {
@@ -251,11 +233,12 @@ func (w *window) get(h uint64) int64 {
 	first, fp := w.lineOf(h)
 	line := (*[lineWords]atomic.Int64)(w.table[first : first+lineWords])
 	for {
-		i, v := probe(line, fp)
-		if i == 2*lineWords {
+		m := probeMask(line, fp)
+		if m == 0 {
 			return w.sketchAdd(h, 0)
 		}
-		e := v >> entryOf(i) & halfMask
+		i := bits.TrailingZeros32(m) / 2
+		e := uint64(line[i/2].Load()) >> entryOf(i) & halfMask
 		switch e >> fpShift {
 		case 0:
 			return 0 // not in the table, and so not in the sketch
