@@ -252,24 +252,6 @@ func (w *window) get(h uint64) int64 {
 	}
 }
 
-// cellsOf returns the index of each row's counter for key hash h, from
-// the sketch's first: counter p is half p&1 of word p>>1. The rows'
-// columns come from two hashes of h under w's seeds, the column of row i
-// from g1 + i*g2, as in double hashing: two multiplies for all the rows
-// rather than one per row, and no two rows of a key alike but by chance,
-// as g2 is odd.
-func (w *window) cellsOf(h uint64) (p0, p1, p2, p3 uint64) {
-	hi, lo := bits.Mul64(h^w.seeds[0], 0x9e3779b97f4a7c15)
-	g1 := hi ^ lo
-	hi, lo = bits.Mul64(h^w.seeds[1], 0xd6e8feb86659fd93)
-	g2 := (hi ^ lo) | 1
-	c0, _ := bits.Mul64(g1, w.cols)
-	c1, _ := bits.Mul64(g1+g2, w.cols)
-	c2, _ := bits.Mul64(g1+2*g2, w.cols)
-	c3, _ := bits.Mul64(g1+3*g2, w.cols)
-	return c0, w.cols + c1, 2*w.cols + c2, 3*w.cols + c3
-}
-
 // cellAt returns counter p of a sketch from its word v.
 func cellAt(v, p uint64) uint64 { return v >> (p & 1 * halfBits) & cellMax }
 
@@ -278,7 +260,20 @@ func cellAt(v, p uint64) uint64 { return v >> (p & 1 * halfBits) & cellMax }
 // adds nothing. A counter saturates at cellMax; a key whose counters all
 // have is estimated at math.MaxInt64, as its count is not known.
 func (w *window) sketchAdd(h uint64, n int64) int64 {
-	p0, p1, p2, p3 := w.cellsOf(h)
+	// The index of each row's counter, from the sketch's first: counter
+	// p is half p&1 of word p>>1. The rows' columns come from two hashes
+	// of h under w's seeds, the column of row i from g1 + i*g2, as in
+	// double hashing: two multiplies for all the rows rather than one per
+	// row, and no two rows of a key alike but by chance, as g2 is odd.
+	hi, lo := bits.Mul64(h^w.seeds[0], 0x9e3779b97f4a7c15)
+	g1 := hi ^ lo
+	hi, lo = bits.Mul64(h^w.seeds[1], 0xd6e8feb86659fd93)
+	g2 := (hi ^ lo) | 1
+	p0, _ := bits.Mul64(g1, w.cols)
+	p1, _ := bits.Mul64(g1+g2, w.cols)
+	p2, _ := bits.Mul64(g1+2*g2, w.cols)
+	p3, _ := bits.Mul64(g1+3*g2, w.cols)
+	p1, p2, p3 = p1+w.cols, p2+2*w.cols, p3+3*w.cols
 	sk := w.sk
 	for {
 		v0, v1, v2, v3 := uint64(sk[p0>>1].Load()), uint64(sk[p1>>1].Load()), uint64(sk[p2>>1].Load()), uint64(sk[p3>>1].Load())
