@@ -289,3 +289,76 @@ func BenchmarkGCRAAtCap(b *testing.B) {
 	b.Run("serial", func(b *testing.B) { runSerial(b, keys, op) })
 	b.Run("parallel", func(b *testing.B) { runParallel(b, keys, op) })
 }
+
+// BenchmarkRateRounds compares the default Rate with the former default
+// (count-min windows of a conservative 4 x 4096 sketch), pingora's plain
+// 4 x 1024 and the mutex map, over 1,024 and 1,000,000 keys, in rounds
+// that time each of them in turn, serially and from 8 goroutines, for
+// rateRoundCalls calls each: load that comes and goes on a shared machine
+// then falls on all four alike, where the benchmarks above time one after
+// the other. Each round is one iteration (run it with -benchtime 15x, say),
+// and each metric is the median over the rounds of the nanoseconds per
+// call.
+func BenchmarkRateRounds(b *testing.B) {
+	for _, n := range []int{1024, 1_000_000} {
+		keys := benchKeys()[:n]
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			m := newMutexMap(keys)
+			r := NewRate(time.Second)
+			former := NewRate(time.Second, Sizing{Hashes: 4, Slots: 4096, Conservative: true})
+			plain := NewRate(time.Second, Sizing{Hashes: 4, Slots: 1024})
+			ops := []struct {
+				name string
+				op   func(string)
+			}{
+				{"default", func(k string) { r.Observe(k, 1) }},
+				{"former", func(k string) { former.Observe(k, 1) }},
+				{"plain4x1024", func(k string) { plain.Observe(k, 1) }},
+				{"mutexmap", m.incr},
+			}
+			gs := []int{1, benchGoroutines}
+			times := make([][][]float64, len(ops))
+			for i := range times {
+				times[i] = make([][]float64, len(gs))
+			}
+			for b.Loop() {
+				for i, o := range ops {
+					for j, g := range gs {
+						times[i][j] = append(times[i][j], timeCalls(keys, g, o.op))
+					}
+				}
+			}
+			for i, o := range ops {
+				for j, g := range gs {
+					t := slices.Clone(times[i][j])
+					slices.Sort(t)
+					b.ReportMetric(t[len(t)/2], fmt.Sprintf("%s-g%d-ns/call", o.name, g))
+				}
+			}
+		})
+	}
+}
+
+// rateRoundCalls is how many calls one operation makes in a round of
+// BenchmarkRateRounds.
+const rateRoundCalls = 500_000
+
+// timeCalls returns the wall time per call of rateRoundCalls calls of op
+// over keys, from g goroutines, each walking the keys from its own offset.
+func timeCalls(keys []string, g int, op func(string)) float64 {
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range g {
+		wg.Go(func() {
+			i := w * len(keys) / g
+			for range rateRoundCalls / g {
+				op(keys[i])
+				if i++; i == len(keys) {
+					i = 0
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return float64(time.Since(start).Nanoseconds()) / rateRoundCalls
+}

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
-	"unsafe"
 )
 
 // Rate estimates how many events each key sees per time window, in fixed
@@ -204,13 +203,6 @@ func (r *Rate) Observe(key string, n int64) int64 {
 // ObserveHash is Observe for a key hashed with Hash.
 func (r *Rate) ObserveHash(h uint64, n int64) int64 {
 	c := r.cur.Load()
-	if r.exact {
-		// Ask for the key's line before reading the clock, which waits
-		// for earlier loads, so that a cache miss overlaps it.
-		w := &r.win[c&1]
-		first, _ := w.lineOf(h)
-		prefetch(uintptr(unsafe.Pointer(&w.table[first])))
-	}
 	d := r.elapsed()
 	// The clock is still in window c (or, read before another caller moved
 	// on, in an earlier one) unless it is a full interval past c's start;

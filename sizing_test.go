@@ -231,8 +231,8 @@ func TestSizingRateFromKeys(t *testing.T) {
 	} {
 		r := NewRate(time.Second, tt.s)
 		w := &r.win[0]
-		if got := len(w.table) / lineWords; got != tt.lines || int(w.cols) != tt.slots || len(w.rows) != 4 {
-			t.Errorf("%+v: %d lines and %d x %d counters, want %d and 4 x %d", tt.s, got, len(w.rows), w.cols, tt.lines, tt.slots)
+		if got := len(w.table) / lineWords; got != tt.lines || int(w.cols) != tt.slots || len(w.sk) != 4*tt.slots/2 {
+			t.Errorf("%+v: %d lines and %d words of sketch, %d counters a row, want %d and 4 x %d", tt.s, got, len(w.sk), w.cols, tt.lines, tt.slots)
 		}
 		if want := 2 * 8 * (tt.lines*lineWords + 4*tt.slots/2); r.Size() != want {
 			t.Errorf("%+v: Size() = %d, want %d", tt.s, r.Size(), want)

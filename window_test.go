@@ -3,8 +3,10 @@ package limits
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -197,5 +199,42 @@ func TestWindowTable(t *testing.T) {
 	// n <= 0 counts nothing.
 	if got := w.observe(line(2), -5); got != 2 {
 		t.Errorf("observe(key 1, -5) = %d, want 2", got)
+	}
+}
+
+// TestProbeMask checks the search of a line for a fingerprint against
+// probeWords, the same in Go a word at a time, and against the entries
+// one by one, on lines of random entries drawn from a few fingerprints,
+// empty ones among them.
+func TestProbeMask(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var line [lineWords]atomic.Int64
+	for range 20_000 {
+		fps := [4]uint64{0, 1 + rng.Uint64N(0xffff), 1 + rng.Uint64N(0xffff), 0xffff}
+		for i := range line {
+			var v uint64
+			for _, shift := range [2]uint{0, halfBits} {
+				e := fps[rng.IntN(4)]<<fpShift | rng.Uint64N(1<<fpShift)
+				v |= e << shift
+			}
+			line[i].Store(int64(v))
+		}
+		fp := fps[1+rng.IntN(3)]
+		var want uint32
+		for e := range 2 * lineWords {
+			if f := uint64(line[e/2].Load()) >> entryOf(e) >> fpShift & 0xffff; f == fp || f == 0 {
+				want |= 1 << (2*e + 1)
+			}
+		}
+		got, words := probeMask(&line, fp), probeWords(&line, fp)
+		// Only the first entry found counts: probeWords may flag the high
+		// entry of a word wrongly when its low one is flagged.
+		first := func(m uint32) int { return bits.TrailingZeros32(m) }
+		if got != want {
+			t.Fatalf("probeMask = %#x, want %#x (fp %#x)", got, want, fp)
+		}
+		if first(words) != first(want) {
+			t.Fatalf("probeWords = %#x, first %d, want first of %#x (fp %#x)", words, first(words), want, fp)
+		}
 	}
 }

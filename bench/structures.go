@@ -151,7 +151,7 @@ func Structures() []Structure {
 			Name:   "Rate",
 			Label:  "limits.Rate",
 			Kind:   Ours,
-			Config: "`NewRate(time.Hour)` (its default: conservative, 4 x 4096 counters per window); a call is `Observe(key, 1)`, which reads the clock. Fixed memory: 256 KiB.",
+			Config: "`NewRate(time.Hour)` (its default: each window counts exactly first, in a table of 1,024 lines of 16 key fingerprints and counts, and the keys that find their line full in a conservative 4 x 4096 sketch of 32-bit counters); a call is `Observe(key, 1)`, which reads the clock. Fixed memory: 256 KiB.",
 			New: func() Instance {
 				r := limits.NewRate(window)
 				return instance(func(k string) bool { r.Observe(k, 1); return true })
