@@ -42,12 +42,14 @@ func TestPriorityReserve(t *testing.T) {
 				defer wg.Done()
 				w := httptest.NewRecorder()
 				h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
-				if w.Code != http.StatusOK {
-					inside.Done() // refused: never inside
-				}
+				// Counted before a refusal is told, so that the counts
+				// are complete once inside.Wait returns.
 				mu.Lock()
 				codes[path][w.Code]++
 				mu.Unlock()
+				if w.Code != http.StatusOK {
+					inside.Done() // refused: never inside
+				}
 			}()
 		}
 	}
