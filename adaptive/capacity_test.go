@@ -488,6 +488,31 @@ func TestCapacityVegas(t *testing.T) {
 	}
 }
 
+// TestCapacityVegasLarge runs Vegas from ten times too high before the
+// service of capacity 200, with exponential service times, whose
+// latency varies most, over seeds: from 8s on, the limit is within 10% of
+// C on average, and the requests let in are at least 90% of the
+// capacity. At C = 200 the estimate of the requests queued, the limit
+// times the delay's relative error, is several requests wide: a law that
+// cut on each reading past Beta would walk the limit down, window after
+// window, below C.
+func TestCapacityVegasLarge(t *testing.T) {
+	const c = 200
+	lo, hi := band(c)
+	for seed := range uint64(3) {
+		r := capRun{law: adaptive.Vegas{}, c: c, dist: sim.Exponential, initial: 10 * c, load: 2, d: 15 * time.Second, seed: seed}
+		res, ctrl := r.run(t)
+		from := 8 * time.Second
+		mean := meanLimit(res, from)
+		s := res.Summarize(from, r.d)
+		goodput := s.Throughput / (float64(c) / meanOf(c).Seconds())
+		if mean < float64(lo) || mean > float64(hi) || goodput < 0.9 {
+			t.Errorf("seed %d: from %v on, Vegas held the limit at %.1f on average, want within [%d, %d], goodput %.0f%%, want 90%% at least; baseline %v; history %+v",
+				seed, from, mean, lo, hi, 100*goodput, ctrl.Stats().Baseline, ctrl.Stats().History)
+		}
+	}
+}
+
 // TestCapacityAIMD runs AIMD from ten times too low and too high before
 // the service of capacity 20, which fails requests that wait more than
 // a mean service time for a worker: the limit settles where failures

@@ -140,12 +140,17 @@ func (g Gradient) Next(limit float64, w *Window) float64 {
 // manner of TCP Vegas: requests that wait W on average more than the
 // baseline's mean latency B, at limit N, are N*W/(B+W) of those inside
 // (Little's law), W read as the shift of a low quantile of latency, as
-// in Gradient. Fewer than Alpha, the limit grows (by a quarter, a half,
-// then twice while it keeps growing); more than Beta, it falls to where
-// Beta would wait, by at most half; in between, it holds. As Gradient,
-// it moves the limit only while the limit holds the load back. It
-// settles between about C+Alpha and C+Beta for a capacity of C requests,
-// so it suits services whose capacity is large against Beta.
+// in Gradient. The estimate is the limit times the delay's relative
+// error wide, several requests at a limit of hundreds, and the law reads
+// it less its standard error: unless sure of Alpha queued, the limit
+// grows (by a quarter, a half, then twice while it keeps growing); sure
+// of more than Beta, it falls to where Beta would wait, by at most half;
+// in between, it holds. (Cutting on every reading past Beta would walk
+// a large limit down below the capacity, one noisy window after
+// another.) As Gradient, it moves the limit only while the limit holds
+// the load back. It settles between about C+Alpha and C+Beta for a
+// capacity of C requests, plus that standard error, so it suits services
+// whose capacity is large against Beta.
 //
 // The zero Vegas is usable: Alpha 2, Beta 4, DefaultQuantile.
 type Vegas struct {
@@ -172,17 +177,18 @@ func (v Vegas) Next(limit float64, w *Window) float64 {
 	if beta == 0 {
 		beta = max(4, alpha)
 	}
-	wait, _ := delay(w, w.Baseline)
+	wait, e := delay(w, w.Baseline)
 	if v.Quantile != 0 {
-		wait, _ = shift(w, w.Baseline, v.Quantile)
+		wait, e = shift(w, w.Baseline, v.Quantile)
 	}
 	wait = max(wait, 0)
-	queued := limit * wait / (float64(w.Baseline.Mean()) + wait)
+	base := float64(w.Baseline.Mean()) + wait
+	queued, noise := limit*wait/base, limit*e/base
 	switch {
-	case queued < alpha:
+	case queued-noise < alpha:
 		return grow(limit, w)
-	case queued > beta && !drained(w):
-		return max(limit-(queued-beta), limit/2, min(w.serving(), limit))
+	case queued-noise > beta && !drained(w):
+		return max(limit-(queued-noise-beta), limit/2, min(w.serving(), limit))
 	}
 	return limit
 }
