@@ -100,10 +100,13 @@ func (w *dialWatch) since(start time.Time) error {
 
 // watches holds the dialWatch of each client that has one, so that a
 // client gets one hook however many GCRAs use it. Its keys are weak
-// pointers to the clients, each removed once its client is garbage.
+// pointers to the clients, each removed once its client is garbage, and
+// so are its values: a client's hook keeps its dialWatch alive, and
+// nothing here keeps the client alive, not even a bound client that refers
+// back to it (as Client.WithTimeout's does with client-side caching on).
 var watches struct {
 	sync.Mutex
-	m map[any]*dialWatch
+	m map[any]weak.Pointer[dialWatch]
 }
 
 // watchDials returns c's dialWatch, adding it to c first if c has none; nil
@@ -155,15 +158,17 @@ func watchOf[T any](c *T, install func(*dialWatch)) *dialWatch {
 	k := weak.Make(c)
 	watches.Lock()
 	defer watches.Unlock()
-	if w, ok := watches.m[k]; ok {
-		return w
+	if wp, ok := watches.m[k]; ok {
+		if w := wp.Value(); w != nil {
+			return w
+		}
 	}
 	if watches.m == nil {
-		watches.m = make(map[any]*dialWatch)
+		watches.m = make(map[any]weak.Pointer[dialWatch])
 	}
 	w := &dialWatch{}
 	install(w)
-	watches.m[k] = w
+	watches.m[k] = weak.Make(w)
 	runtime.AddCleanup(c, func(k weak.Pointer[T]) {
 		watches.Lock()
 		delete(watches.m, k)

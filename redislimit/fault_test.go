@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -340,5 +341,55 @@ func TestDialWatchShared(t *testing.T) {
 	}
 	if gc1.dials == nil || gc1.dials != gc2.dials {
 		t.Errorf("cluster watches %p %p: want one", gc1.dials, gc2.dials)
+	}
+}
+
+// TestDialWatchesFreed checks that a client given to New is garbage once
+// its user drops it, with or without client-side caching (whose clients'
+// clones, as the bound client is, refer back to them), and that its entry
+// in watches goes with it.
+func TestDialWatchesFreed(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, csc := range []bool{false, true} {
+		var freed atomic.Int64
+		func() {
+			for range 10 {
+				o := &redis.Options{Addr: srv.Addr(), Protocol: 3}
+				if csc {
+					o.ClientSideCacheConfig = &redis.ClientSideCacheConfig{}
+				}
+				c := redis.NewClient(o)
+				runtime.AddCleanup(c, func(*atomic.Int64) { freed.Add(1) }, &freed)
+				g := must(New(c, 10, time.Hour, WithPrefix(freshPrefix())))
+				if _, err := g.Take(context.Background(), "k", 1); err != nil {
+					t.Fatal(err)
+				}
+				c.Close()
+			}
+		}()
+		for i := 0; i < 50 && freed.Load() < 10; i++ {
+			runtime.GC()
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n := freed.Load(); n < 10 {
+			t.Errorf("client-side caching %v: %d of 10 clients freed after they were dropped", csc, n)
+		}
+	}
+	stale := func() (n int) {
+		watches.Lock()
+		defer watches.Unlock()
+		for _, w := range watches.m {
+			if w.Value() == nil {
+				n++
+			}
+		}
+		return n
+	}
+	for i := 0; i < 50 && stale() > 0; i++ {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := stale(); n > 0 {
+		t.Errorf("watches holds %d entries whose clients are garbage", n)
 	}
 }
