@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -161,6 +162,13 @@ func SFString(s string) (string, bool) {
 // speaks for the failing limiter only, so the caller keeps it (the request
 // is served as if the limiter had allowed it) or gives it back with Refund.
 func (r *Rate) Take(ctx context.Context, key string, n int) (Charge, error) {
+	if r.local == nil {
+		// A limiter out of process may keep the key (a table of leases,
+		// a map): it gets a copy of its own, not one that shares the
+		// memory of the request's state (see httplimit), which it would
+		// otherwise keep alive with the whole request.
+		key = strings.Clone(key)
+	}
 	c := Charge{Rate: r, Key: key}
 	if r.Pre != nil {
 		c.pre = r.Pre.AllowN(key, n)
