@@ -387,6 +387,9 @@ func (c *Controller) end(now int64) {
 	}
 	gs := c.gate.Stats()
 	w := &c.last
+	// The sum before the count: Wait, reading both without the lock, may
+	// then read a mean too low for a moment, never one too high.
+	sum := c.sum.Swap(0)
 	*w = Window{
 		Start:       c.epoch.Add(time.Duration(start)),
 		End:         c.epoch.Add(time.Duration(closed)),
@@ -401,7 +404,7 @@ func (c *Controller) end(now int64) {
 		Rises:       c.rises,
 		Knee:        c.knee,
 		Baseline:    c.baseline,
-		sum:         c.sum.Swap(0),
+		sum:         sum,
 	}
 	for i := range c.hist {
 		w.hist[i] = c.hist[i].Swap(0)
