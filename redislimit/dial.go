@@ -86,13 +86,21 @@ func (w *dialWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	return next
 }
 
-// since returns the error of the latest dial if it failed at start or
-// later, or nil. w may be nil.
+// dialProbe is how long before a call a failed dial still tells why the
+// call failed: once PoolSize dials in a row have failed, go-redis fails
+// calls at once with the latest dial's error, without dialing, and probes
+// the server once a second; a call that then spends its time in retries'
+// backoff ends at its deadline with no dial of its own.
+const dialProbe = 1100 * time.Millisecond
+
+// since returns the error of the latest dial if it failed, no dial having
+// succeeded since, at most dialProbe before start, or later; else nil. w
+// may be nil.
 func (w *dialWatch) since(start time.Time) error {
 	if w == nil {
 		return nil
 	}
-	if f := w.last.Load(); f != nil && !f.at.Before(start) {
+	if f := w.last.Load(); f != nil && !f.at.Before(start.Add(-dialProbe)) {
 		return f.err
 	}
 	return nil
