@@ -20,47 +20,10 @@ import (
 	"github.com/limitsgo/limits"
 	"github.com/limitsgo/limits/httplimit"
 	"github.com/limitsgo/limits/httplimit/ginlimit"
+	"github.com/limitsgo/limits/internal/routertest"
 )
 
 func init() { gin.SetMode(gin.TestMode) }
-
-// problem is the part of httplimit's problem+json body the tests read.
-type problem struct {
-	Status   int      `json:"status"`
-	Reason   string   `json:"reason"`
-	Violated []string `json:"violated-policies"`
-}
-
-type response struct {
-	code    int
-	header  http.Header
-	body    string
-	problem problem
-}
-
-func do(t *testing.T, method, url string) response {
-	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := response{code: res.StatusCode, header: res.Header, body: string(b)}
-	if res.Header.Get("Content-Type") == "application/problem+json" {
-		if err := json.Unmarshal(b, &r.problem); err != nil {
-			t.Fatalf("%s %s: problem body %q: %v", method, url, b, err)
-		}
-	}
-	return r
-}
 
 func mustNew(t *testing.T, cfg httplimit.Config) *httplimit.Middleware {
 	t.Helper()
@@ -98,31 +61,31 @@ func TestWrapRoutePolicy(t *testing.T) {
 	defer srv.Close()
 
 	for i := range 3 {
-		res := do(t, "POST", srv.URL+"/login")
-		if res.code != http.StatusOK {
-			t.Fatalf("login %d: status %d, want 200", i, res.code)
+		res := routertest.Do(t, "POST", srv.URL+"/login")
+		if res.Code != http.StatusOK {
+			t.Fatalf("login %d: status %d, want 200", i, res.Code)
 		}
 		want := fmt.Sprintf(`"default";r=%d;t=`, 9-i)
-		if got := res.header.Get("RateLimit"); !strings.HasPrefix(got, want) || !strings.Contains(got, fmt.Sprintf(`, "login";r=%d;t=`, 2-i)) {
+		if got := res.Header.Get("RateLimit"); !strings.HasPrefix(got, want) || !strings.Contains(got, fmt.Sprintf(`, "login";r=%d;t=`, 2-i)) {
 			t.Errorf("login %d: RateLimit %q, want default r=%d and login r=%d", i, got, 9-i, 2-i)
 		}
-		if got := res.header.Get("RateLimit-Policy"); got != `"default";q=10;w=60, "login";q=3;w=60` {
+		if got := res.Header.Get("RateLimit-Policy"); got != `"default";q=10;w=60, "login";q=3;w=60` {
 			t.Errorf("login %d: RateLimit-Policy %q", i, got)
 		}
 	}
 	for range 2 {
-		res := do(t, "POST", srv.URL+"/login")
-		if res.code != http.StatusTooManyRequests || res.problem.Reason != httplimit.ReasonRateLimited {
-			t.Fatalf("login over the policy: %d %+v, want 429 rate_limited", res.code, res.problem)
+		res := routertest.Do(t, "POST", srv.URL+"/login")
+		if res.Code != http.StatusTooManyRequests || res.Problem.Reason != httplimit.ReasonRateLimited {
+			t.Fatalf("login over the policy: %d %+v, want 429 rate_limited", res.Code, res.Problem)
 		}
-		if len(res.problem.Violated) != 1 || res.problem.Violated[0] != "login" {
-			t.Errorf("refusal: violated-policies %q, want [login]", res.problem.Violated)
+		if len(res.Problem.Violated) != 1 || res.Problem.Violated[0] != "login" {
+			t.Errorf("refusal: violated-policies %q, want [login]", res.Problem.Violated)
 		}
-		if got := res.header.Get("RateLimit"); !strings.HasPrefix(got, `"login";r=0;t=`) {
+		if got := res.Header.Get("RateLimit"); !strings.HasPrefix(got, `"login";r=0;t=`) {
 			t.Errorf("refusal: RateLimit %q, want the login policy's, empty", got)
 		}
-		if s, err := strconv.Atoi(res.header.Get("Retry-After")); err != nil || s < 1 || s > 20 {
-			t.Errorf("refusal: Retry-After %q, want 1 to 20 s (a third of a minute at most)", res.header.Get("Retry-After"))
+		if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err != nil || s < 1 || s > 20 {
+			t.Errorf("refusal: Retry-After %q, want 1 to 20 s (a third of a minute at most)", res.Header.Get("Retry-After"))
 		}
 	}
 	if n := served.Load(); n != 3 {
@@ -130,9 +93,9 @@ func TestWrapRoutePolicy(t *testing.T) {
 	}
 	// 3 logins served and 1 request now: the refused logins cost nothing,
 	// and the route's Middleware did not charge the default bucket again.
-	res := do(t, "GET", srv.URL+"/")
-	if got := res.header.Get("RateLimit"); res.code != http.StatusOK || !strings.HasPrefix(got, `"default";r=6;t=`) {
-		t.Errorf("after the refused logins: %d, RateLimit %q, want 200 and default r=6", res.code, got)
+	res := routertest.Do(t, "GET", srv.URL+"/")
+	if got := res.Header.Get("RateLimit"); res.Code != http.StatusOK || !strings.HasPrefix(got, `"default";r=6;t=`) {
+		t.Errorf("after the refused logins: %d, RateLimit %q, want 200 and default r=6", res.Code, got)
 	}
 	s := m.Stats()
 	if s.Allowed != 4 || s.RateLimited != 2 {
@@ -169,21 +132,21 @@ func TestWrapReleaseCapacity(t *testing.T) {
 		path string
 		want int
 	}{{"/hold", http.StatusServiceUnavailable}, {"/stream", http.StatusOK}} {
-		done := make(chan response, 1)
-		go func() { done <- do(t, "GET", srv.URL+tc.path) }()
+		done := make(chan routertest.Response, 1)
+		go func() { done <- routertest.Do(t, "GET", srv.URL+tc.path) }()
 		<-entered
-		res := do(t, "GET", srv.URL+"/")
-		if res.code != tc.want {
-			t.Errorf("while %s runs: status %d, want %d", tc.path, res.code, tc.want)
+		res := routertest.Do(t, "GET", srv.URL+"/")
+		if res.Code != tc.want {
+			t.Errorf("while %s runs: status %d, want %d", tc.path, res.Code, tc.want)
 		}
 		if tc.want == http.StatusServiceUnavailable {
-			if res.problem.Reason != httplimit.ReasonServerBusy || res.header.Get("Retry-After") != "1" {
-				t.Errorf("while %s runs: reason %q, Retry-After %q; want server_busy and 1", tc.path, res.problem.Reason, res.header.Get("Retry-After"))
+			if res.Problem.Reason != httplimit.ReasonServerBusy || res.Header.Get("Retry-After") != "1" {
+				t.Errorf("while %s runs: reason %q, Retry-After %q; want server_busy and 1", tc.path, res.Problem.Reason, res.Header.Get("Retry-After"))
 			}
 		}
 		finish <- struct{}{}
-		if res := <-done; res.code != http.StatusOK {
-			t.Errorf("%s: status %d, want 200", tc.path, res.code)
+		if res := <-done; res.Code != http.StatusOK {
+			t.Errorf("%s: status %d, want 200", tc.path, res.Code)
 		}
 	}
 	if g := m.Stats().Gate; g == nil || g.InFlight != 0 {
@@ -214,12 +177,12 @@ func TestWrapAbortsOnRefusal(t *testing.T) {
 	srv := httptest.NewServer(r)
 	defer srv.Close()
 
-	if res := do(t, "GET", srv.URL+"/"); res.code != http.StatusOK || res.body != "ok" {
-		t.Fatalf("first request: %d %q", res.code, res.body)
+	if res := routertest.Do(t, "GET", srv.URL+"/"); res.Code != http.StatusOK || res.Body != "ok" {
+		t.Fatalf("first request: %d %q", res.Code, res.Body)
 	}
-	res := do(t, "GET", srv.URL+"/")
-	if res.code != http.StatusTooManyRequests || res.problem.Reason != httplimit.ReasonRateLimited || res.header.Get("Retry-After") == "" {
-		t.Fatalf("second request: %d %+v Retry-After %q, want 429 rate_limited with Retry-After", res.code, res.problem, res.header.Get("Retry-After"))
+	res := routertest.Do(t, "GET", srv.URL+"/")
+	if res.Code != http.StatusTooManyRequests || res.Problem.Reason != httplimit.ReasonRateLimited || res.Header.Get("Retry-After") == "" {
+		t.Fatalf("second request: %d %+v Retry-After %q, want 429 rate_limited with Retry-After", res.Code, res.Problem, res.Header.Get("Retry-After"))
 	}
 	if after.Load() != 1 || handler.Load() != 1 {
 		t.Errorf("after the refusal: middleware after Wrap ran %d times, handler %d; want 1 and 1", after.Load(), handler.Load())
@@ -324,10 +287,10 @@ func TestWrapWritesThroughMiddleware(t *testing.T) {
 		{"/flush", "a", http.StatusOK},
 		{"/hijack", "hi", http.StatusOK},
 	} {
-		res := do(t, "GET", srv.URL+tc.path)
+		res := routertest.Do(t, "GET", srv.URL+tc.path)
 		rw := <-seen
-		if res.code != tc.code || res.body != tc.body {
-			t.Errorf("%s: %d %q, want %d %q", tc.path, res.code, res.body, tc.code, tc.body)
+		if res.Code != tc.code || res.Body != tc.body {
+			t.Errorf("%s: %d %q, want %d %q", tc.path, res.Code, res.Body, tc.code, tc.body)
 		}
 		switch tc.path {
 		case "/hijack":
@@ -389,7 +352,7 @@ func TestWrapTimeout(t *testing.T) {
 		if d := time.Since(start); d != 2*time.Second {
 			t.Errorf("/slow: served in %v, want 2s (deadline, then the handler's second)", d)
 		}
-		var p problem
+		var p routertest.Problem
 		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusServiceUnavailable || p.Reason != httplimit.ReasonRequestTimeout {
 			t.Errorf("/slow: %d %q, want 503 request_timeout alone", w.Code, w.Body)
 		}
@@ -472,7 +435,7 @@ func TestWrapTimeoutConcurrent(t *testing.T) {
 					return
 				}
 				timedOut.Add(1)
-				var p problem
+				var p routertest.Problem
 				if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusServiceUnavailable || p.Reason != httplimit.ReasonRequestTimeout || w.Header().Get("X-Ms") != "" {
 					t.Errorf("%dms: %d %q %v, want request_timeout alone", ms, w.Code, w.Body, w.Header())
 				}
