@@ -84,9 +84,9 @@ const maxSpan = gcra.MaxSpan
 // at the cap. No goroutine runs in the background.
 //
 // ReasonTableFull is exact: a new key is refused only when every key held
-// owes something by the GCRA's clock, or when calls racing with it take
-// first the places it freed (or, at a table's first fill, in the rare case
-// below). Each shard records the soonest expiry of its keys, and of each
+// owes something by the GCRA's clock (or, at a table's first fill, in the
+// rare case below). A call that frees places for its key keeps one of
+// them, so that calls racing with it cannot take them all. Each shard records the soonest expiry of its keys, and of each
 // chunk of 32 of its slots, exactly, or a time no later while the chunk
 // holds a key already expired; a tree of the shards' records shows the
 // shard holding an expired key, if any does. Shards start keeping these
@@ -102,8 +102,9 @@ const maxSpan = gcra.MaxSpan
 // and then at most the shard's chunk records; making room for a new key at
 // the cap (marking expired entries free) sweeps at most four shards, its
 // own, one not swept yet and the one the tree shows, and a second one
-// only if calls racing with it changed the first; so does growing a
-// shard.
+// only if calls racing with it changed the first, and its own again on
+// each of at most four more tries only while its shard has no free slot;
+// so does growing a shard.
 //
 // Two keys whose hashes agree in the bits kept share one budget: among a
 // million keys in use, the odds that any two do are about 1 in 5 million
@@ -489,6 +490,9 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 	}
 	s, tag := g.shardOf(h), g.tagOf(h)
 	s.prefetchHome(g, tag)
+	// token is a place in the table counted in for this call: one of the
+	// places it freed, kept from calls racing with it.
+	token := false
 	for attempt := 0; ; attempt++ {
 		s.mu.Lock()
 		real := g.now()
@@ -515,6 +519,12 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 			}
 		}
 		allowed, after := g.p.Judge(ahead, cost, charge)
+		if token && (!allowed || i >= 0 || free >= 0 && s.slots[free].tag > tombstone) {
+			// A racing call stored the key meanwhile, or a place of an
+			// expired key is on its way: the place kept is not needed.
+			g.keys.Add(-1)
+			token = false
+		}
 		if !allowed || !charge && (i >= 0 || !place) {
 			s.mu.Unlock()
 			return g.decision(g.p.Report(allowed, after, cost), reason, n, now, gcra.Time{})
@@ -530,7 +540,8 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 			}
 		case free >= 0 && !charge && g.keys.Load() < g.maxKeys:
 			// A Peek that would find room.
-		case free >= 0 && charge && g.reserve():
+		case free >= 0 && charge && (token || g.reserve()):
+			token = false
 			if s.slots[free].tag == 0 {
 				s.used++
 			}
@@ -547,17 +558,39 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 		default:
 			// The table is at its cap, or this shard is full: free the
 			// places of expired keys, here and then in the shards whose
-			// keys expire soonest, and try again.
+			// keys expire soonest, keep one of them for this key, so that
+			// calls racing with it cannot take them all, and try again.
+			keep := 0
+			if charge && !token {
+				keep = 1
+			}
 			freed := 0
 			if s.next <= clock {
-				freed = s.purge(g, clock)
+				freed = s.purge(g, clock, keep)
 			}
 			s.mu.Unlock()
 			if freed == 0 && attempt == 0 {
 				g.sweep()
-				freed = g.reclaim(clock)
+				freed = g.reclaim(clock, keep)
 			}
-			if freed == 0 || attempt > 1 {
+			if freed > 0 && testHookFreed != nil {
+				testHookFreed()
+			}
+			if freed == 0 && !token && attempt < 2 && charge && g.reserve() {
+				// Racing calls freed places this one did not see.
+				freed, keep = 1, 1
+			}
+			if freed > 0 && !charge || freed == 0 && !charge && g.keys.Load() < g.maxKeys {
+				// A Peek: Allow would find room now.
+				return g.decision(g.p.Report(true, after, cost), reason, n, now, gcra.Time{})
+			}
+			if freed > 0 && keep > 0 {
+				token = true
+			}
+			if !token && (freed == 0 || attempt > 1) || attempt > 3 {
+				if token {
+					g.keys.Add(-1)
+				}
 				if charge {
 					g.full.Add(1)
 				}
@@ -674,7 +707,7 @@ const reclaimPurges = 2
 // the next one is looked at, up to reclaimPurges. It returns how many
 // places it freed, 0 if no key has expired at clock, g's clock. It is
 // called with no lock held.
-func (g *GCRA) reclaim(clock int64) int {
+func (g *GCRA) reclaim(clock int64, keep int) int {
 	top := &g.soon[len(g.soon)-1][0]
 	for range reclaimPurges {
 		// Shards' states may be newer than clock: judge them by the clock
@@ -688,7 +721,7 @@ func (g *GCRA) reclaim(clock int64) int {
 		clock = max(clock, g.clock(g.now()))
 		freed := 0
 		if s.next <= clock {
-			freed = s.purge(g, clock)
+			freed = s.purge(g, clock, keep)
 		}
 		s.mu.Unlock()
 		if freed > 0 {
@@ -971,13 +1004,17 @@ func (s *gcraShard) prefetchHome(g *GCRA, tag uint64) {
 // node's children and writing the node.
 var testHookRaise func()
 
+// testHookFreed, if set by a test, is called when a new key at the cap
+// has freed places, with no lock held, before it takes one.
+var testHookFreed func()
+
 // testHookScan, if set by a test, is told how many slots each pass over a
 // whole shard looks at.
 var testHookScan func(slots int)
 
 // purge turns the slots of expired keys into tombstones and returns how
 // many it freed. s.mu is held; now is g's clock.
-func (s *gcraShard) purge(g *GCRA, now int64) int {
+func (s *gcraShard) purge(g *GCRA, now int64, keep int) int {
 	if testHookScan != nil {
 		testHookScan(len(s.slots))
 	}
@@ -1001,7 +1038,9 @@ func (s *gcraShard) purge(g *GCRA, now int64) int {
 	}
 	s.held -= int32(freed)
 	s.setNext(g, s.soonestChunk(g), now)
-	g.keys.Add(int64(-freed))
+	if freed > 0 {
+		g.keys.Add(int64(keep - freed))
+	}
 	return freed
 }
 
@@ -1021,7 +1060,7 @@ func (s *gcraShard) maintain(g *GCRA, now int64) {
 		return
 	}
 	if s.next <= now {
-		s.purge(g, now)
+		s.purge(g, now, 0)
 	}
 	// No key held has expired now: s.next is no later than any key's TAT.
 	switch {

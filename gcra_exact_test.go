@@ -297,3 +297,60 @@ func TestGCRARaiseRacingLower(t *testing.T) {
 		t.Errorf("root %d after raising shard 0 to 9 while shard 1 was lowered to 5", got)
 	}
 }
+
+// TestGCRAFreedPlaceKept lets another new key in between a new key's
+// freeing a place at the cap and its taking one: the first keeps the place
+// it freed, and the second, finding every key held in use, is refused.
+func TestGCRAFreedPlaceKept(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const maxKeys = 8
+		g := NewGCRA(1, time.Second, WithBurst(10), WithMaxKeys(maxKeys))
+		for i := range maxKeys - 1 {
+			if d := g.AllowN(fmt.Sprint("busy", i), 10); !d.Allowed {
+				t.Fatalf("busy%d: %+v", i, d)
+			}
+		}
+		if d := g.Allow("short"); !d.Allowed {
+			t.Fatalf("short: %+v", d)
+		}
+		time.Sleep(2 * time.Second) // "short" has expired; the others owe 8 s
+		// A new key whose probe meets an empty slot before any expired key,
+		// so that it must free a place (with one shard, the only one).
+		first := ""
+		for i := 0; first == "" && i < 10000; i++ {
+			k := fmt.Sprint("first", i)
+			h := maphash.String(g.seed, k)
+			s := g.shardOf(h)
+			s.mu.Lock()
+			at, free := s.lookup(g, g.tagOf(h), g.now())
+			if at < 0 && free >= 0 && s.slots[free].tag == 0 {
+				first = k
+			}
+			s.mu.Unlock()
+		}
+		if first == "" || len(g.shards) != 1 {
+			t.Fatalf("no key found to test with, %d shards", len(g.shards))
+		}
+		var racer Decision
+		calls := 0
+		testHookFreed = func() {
+			calls++
+			if calls == 1 {
+				racer = g.Allow("racer")
+			}
+		}
+		defer func() { testHookFreed = nil }()
+		if d := g.Allow(first); !d.Allowed {
+			t.Errorf("the key that freed the place: %+v", d)
+		}
+		if calls == 0 {
+			t.Fatal("no place was freed")
+		}
+		if racer.Reason != ReasonTableFull {
+			t.Errorf("a new key while the only place freed is kept: %+v", racer)
+		}
+		if n := g.Len(); n != maxKeys {
+			t.Errorf("%d keys held, want %d", n, maxKeys)
+		}
+	})
+}
