@@ -60,8 +60,10 @@ type Config struct {
 	// New is called (clamped to [Min, Max]).
 	Initial int
 	// Window is the shortest window: the limit changes at most once per
-	// Window, and only once Samples requests have completed in the window;
-	// 0 means DefaultWindow.
+	// Window, and only once Samples requests have completed in the window,
+	// or, before the first baseline (outside probes, and if ProbeEvery is
+	// not < 0), four times the limit if the gate refused requests of a
+	// demand below the limit meanwhile; 0 means DefaultWindow.
 	Window time.Duration
 	// Samples is the fewest requests a window needs to have seen complete;
 	// 0 means DefaultSamples. The baseline needs four times as many, or,
@@ -152,6 +154,12 @@ type Controller struct {
 	// wait is how long Enter lets a request wait for a place, in
 	// nanoseconds, set after each window; 0 before the first.
 	wait atomic.Int64
+	// early is set while windows may close early, before a baseline,
+	// outside probes, and refusedAt holds the gate's refusals when the
+	// window began (see refusing).
+	early      atomic.Bool
+	refusedAt  atomic.Uint64
+	admittedAt atomic.Uint64
 
 	mu    sync.Mutex // guards what follows
 	limit float64
@@ -326,12 +334,33 @@ func (c *Controller) Observe(latency time.Duration, o Outcome) {
 		}
 	}
 	if closed == open {
-		if now-start >= c.window && c.n.Load()+c.drops.Load() >= c.want.Load() {
+		if now-start >= c.window && (c.n.Load()+c.drops.Load() >= c.want.Load() || c.early.Load() && c.refusing(now-start)) {
 			c.close(now)
 		}
 	} else if c.complete() || now-closed >= max(c.window, closed-start, c.slowest.Load(), 2*c.longest.Load()) {
 		c.end(now)
 	}
+}
+
+// refusing reports whether the window, open for d nanoseconds, may close
+// before it has Samples requests: before the Controller has a baseline
+// (never, if it measures none), outside a probe, once the gate has refused a request since the window
+// began, four times as many requests as the limit have completed in it,
+// and the demand so far (Window.Demand) is below the limit: the limit
+// does not hold the load back, and refuses its bursts. Before it knows
+// anything of the service, a low limit, as a small service's is, refuses
+// a share of the bursts of a load well below it for a whole window
+// otherwise, and again for each doubling.
+func (c *Controller) refusing(d int64) bool {
+	gs := c.gate.Stats()
+	refused := gs.Shed + gs.TimedOut - c.refusedAt.Load()
+	n := c.n.Load()
+	if refused == 0 || n == 0 || n+c.drops.Load() < 4*int64(gs.Max) || d <= 0 {
+		return false
+	}
+	arrived := float64(gs.Admitted-c.admittedAt.Load()) + float64(refused)
+	demand := arrived / float64(d) * float64(c.sum.Load()/n)
+	return demand < float64(gs.Max)
 }
 
 // close stops the window taking admissions at now, if no other call is
@@ -368,6 +397,9 @@ func (c *Controller) complete() bool {
 func (c *Controller) begin(now int64) {
 	s := c.gate.Stats()
 	c.admitted, c.refused = s.Admitted, s.Shed+s.TimedOut
+	c.refusedAt.Store(c.refused)
+	c.admittedAt.Store(c.admitted)
+	c.early.Store(c.baseline == nil && !c.probe.on && c.probeEvery >= 0)
 	c.start.Store(now)
 	c.closed.Store(open)
 }

@@ -456,3 +456,55 @@ func TestControllerWait(t *testing.T) {
 		})
 	}
 }
+
+// TestControllerEarlyWindow starts a Controller, at a limit of 2, before a
+// load that fits under it but for one burst, which the gate refuses in
+// part: without a baseline, the window closes as soon as it has Window's
+// length and four times the limit in samples, rather than Samples, so that
+// the law can raise a limit that refuses the bursts of a light load
+// sooner. Without the burst, the window waits for its Samples.
+func TestControllerEarlyWindow(t *testing.T) {
+	for _, burst := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			law := &recorder{}
+			g := mustGate(t, 2)
+			c := mustNew(t, g, adaptive.Config{Law: law, Max: 50, Window: 100 * time.Millisecond, Samples: 50})
+			refused := 0
+			if burst {
+				var held [3]limits.Permit
+				var ok [3]bool
+				for i := range held {
+					if held[i], ok[i] = g.TryEnter(); !ok[i] {
+						refused++
+					}
+				}
+				time.Sleep(10 * time.Millisecond)
+				for i := range held {
+					if ok[i] {
+						c.Observe(10*time.Millisecond, adaptive.Success)
+						held[i].Release()
+					}
+				}
+			}
+			// Then one request at a time, 10ms each, 10ms apart: a
+			// demand of half a request.
+			for range 60 {
+				serve(c, 10*time.Millisecond, adaptive.Success)
+				time.Sleep(10 * time.Millisecond)
+			}
+			law.mu.Lock()
+			defer law.mu.Unlock()
+			if len(law.windows) == 0 {
+				t.Fatal("no window ended")
+			}
+			w := law.windows[0]
+			d := w.End.Sub(w.Start)
+			switch {
+			case burst && (refused != 1 || w.Refused != 1 || w.Samples >= 50 || w.Samples < 8 || d < 100*time.Millisecond || d > 200*time.Millisecond):
+				t.Errorf("after a burst refused in part (%d): first window %+v, open %v; want it closed after 100ms, with 8 to 49 samples", refused, w, d)
+			case !burst && (w.Refused != 0 || w.Samples < 50):
+				t.Errorf("without refusals: first window %+v; want its 50 samples", w)
+			}
+		})
+	}
+}
