@@ -101,8 +101,9 @@ type Rate struct {
 
 	// stall, nil but in tests, is called by a caller taking part in a
 	// change of window between its check that the change is still wanted
-	// and its first compare-and-swap, to play a caller descheduled there.
-	stall func()
+	// and its first compare-and-swap, to play a caller descheduled there;
+	// stallRetry likewise before each compare-and-swap it tries again.
+	stall, stallRetry func()
 }
 
 // RateComponents is what RateWith passes to its function: the counts of one
@@ -372,12 +373,19 @@ func (r *Rate) zero(k int64, cells []atomic.Int64, seen *[clearChunk]int64, z in
 	return r.swap(k, cells, seen, z)
 }
 
-// swap is zero past its first check.
+// swap is zero past its first check. A counter read again is read before
+// the check that the change is still wanted: a value read after the
+// change was published may hold events of window k, which the swap would
+// then zero, while one read before can only be window k-2's, or z.
 func (r *Rate) swap(k int64, cells []atomic.Int64, seen *[clearChunk]int64, z int64) bool {
 	for n := range cells {
-		for v := seen[n]; v != z && !cells[n].CompareAndSwap(v, z); v = cells[n].Load() {
+		for v := seen[n]; v != z && !cells[n].CompareAndSwap(v, z); {
+			v = cells[n].Load()
 			if !r.wanted(k) {
 				return false
+			}
+			if r.stallRetry != nil {
+				r.stallRetry()
 			}
 		}
 	}

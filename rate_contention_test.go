@@ -159,3 +159,57 @@ func TestRateLateZeroingAfterPublish(t *testing.T) {
 		})
 	}
 }
+
+// TestRateRetryZeroingAfterPublish plays another interleaving of a change
+// of window: a caller clearing a chunk finds a counter moved since it read
+// it, checks that the change is still wanted, and stalls before it tries
+// again; another caller makes the change and publishes the new window,
+// and counts events in it; the first caller resumes. It must not zero
+// those events, as it would by reading the counter again after its check.
+func TestRateRetryZeroingAfterPublish(t *testing.T) {
+	for _, mode := range rateModes {
+		t.Run(mode.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := mode.new(time.Second, 1, 8) // one chunk
+				for range 5 {
+					r.Observe("a", 1) // window 0
+				}
+				time.Sleep(time.Second)
+				r.Observe("a", 1)       // window 1
+				time.Sleep(time.Second) // the clock is in window 2, not changed to yet
+				const k = 2
+				w := &r.win[k&1]
+				cells := w.cells[:min(clearChunk, len(w.cells))]
+				// What the caller read: a's counter, holding window 0's
+				// events, has moved since.
+				var seen [clearChunk]int64
+				moved := 0
+				for n := range cells {
+					seen[n] = cells[n].Load()
+					if seen[n] != w.blank(n, 0) {
+						seen[n] ^= 1 << 20
+						moved++
+					}
+				}
+				if moved == 0 {
+					t.Fatal("no counter holds a's events")
+				}
+				const events = 3
+				r.stallRetry = func() {
+					r.stallRetry = nil // only the first retry stalls
+					for range events {
+						r.Observe("a", 1) // makes the change to window 2, and counts in it
+					}
+				}
+				r.claimed.Store(k)
+				r.swap(k, cells, &seen, w.blank(0, k))
+				if r.cur.Load() != k {
+					t.Fatalf("window %d, want %d", r.cur.Load(), k)
+				}
+				if got := r.Peek("a"); got < events {
+					t.Errorf("a counts %d in window 2 after %d events", got, events)
+				}
+			})
+		})
+	}
+}
