@@ -120,13 +120,7 @@ func TestRateLateZeroingAfterPublish(t *testing.T) {
 	for _, mode := range rateModes {
 		t.Run(mode.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				r := mode.new(time.Second, 1, 8) // one chunk
-				for range 5 {
-					r.Observe("a", 1) // window 0, Estimator 0: a's cell reads 5
-				}
-				time.Sleep(time.Second)
-				r.Observe("a", 1) // window 1
-				time.Sleep(time.Second)
+				r := beforeChange(mode.new)
 				stalled, resume := make(chan struct{}), make(chan struct{})
 				r.stall = func() {
 					r.stall = nil // only the first caller stalls
@@ -170,13 +164,7 @@ func TestRateRetryZeroingAfterPublish(t *testing.T) {
 	for _, mode := range rateModes {
 		t.Run(mode.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				r := mode.new(time.Second, 1, 8) // one chunk
-				for range 5 {
-					r.Observe("a", 1) // window 0
-				}
-				time.Sleep(time.Second)
-				r.Observe("a", 1)       // window 1
-				time.Sleep(time.Second) // the clock is in window 2, not changed to yet
+				r := beforeChange(mode.new)
 				const k = 2
 				w := &r.win[k&1]
 				cells := w.cells[:min(clearChunk, len(w.cells))]
@@ -212,4 +200,18 @@ func TestRateRetryZeroingAfterPublish(t *testing.T) {
 			})
 		})
 	}
+}
+
+// beforeChange returns a one-chunk Rate of one second made by mk, with 5
+// events of "a" in window 0, held by Estimator 0, and 1 in window 1, its
+// clock 2s on, in window 2, not yet changed to. Call it in a bubble.
+func beforeChange(mk func(iv time.Duration, hashes, slots int) *Rate) *Rate {
+	r := mk(time.Second, 1, 8)
+	for range 5 {
+		r.Observe("a", 1)
+	}
+	time.Sleep(time.Second)
+	r.Observe("a", 1)
+	time.Sleep(time.Second)
+	return r
 }
