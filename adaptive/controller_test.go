@@ -94,7 +94,9 @@ func TestControllerWindows(t *testing.T) {
 		c = mustNew(t, g, adaptive.Config{Law: law, Min: 2, Max: 50, Initial: 4, Window: 100 * time.Millisecond, Samples: 10, ProbeEvery: -1})
 		// Four workers, each serving 10ms requests, for 100ms: the window
 		// then has 40 samples less the one still in progress per worker,
-		// and closes; it ends when those complete.
+		// and closes; it ends when those complete. Requests admitted at
+		// the instant it closes, as others complete, count in it too, up
+		// to one per place: 44 at most.
 		var wg sync.WaitGroup
 		var refused atomic.Int64
 		for range 5 { // one more than the limit: refused now and then
@@ -121,7 +123,7 @@ func TestControllerWindows(t *testing.T) {
 			t.Fatalf("%d windows, want 1", len(law.windows))
 		}
 		w := law.windows[0]
-		if n := w.Samples + w.Dropped; w.Limit != 4 || w.MaxInFlight != 4 || n < 30 || n > 40 || w.Dropped < 1 || w.Mean() != 10*time.Millisecond || w.Baseline != nil {
+		if n := w.Samples + w.Dropped; w.Limit != 4 || w.MaxInFlight != 4 || n < 30 || n > 44 || w.Dropped < 1 || w.Mean() != 10*time.Millisecond || w.Baseline != nil {
 			t.Errorf("window %+v, mean %v", w, w.Mean())
 		}
 		if w.Refused == 0 || int64(w.Refused) > refused.Load() {
