@@ -86,7 +86,9 @@ const maxSpan = gcra.MaxSpan
 // ReasonTableFull is exact: a new key is refused only when every key held
 // owes something by the GCRA's clock (or, at a table's first fill, in the
 // rare case below). A call that frees places for its key keeps one of
-// them, so that calls racing with it cannot take them all. Each shard records the soonest expiry of its keys, and of each
+// them, so that calls racing with it cannot take them all; a racing call
+// may find that place held for the moment the first takes to use it, or
+// to give it back if the key was stored meanwhile. Each shard records the soonest expiry of its keys, and of each
 // chunk of 32 of its slots, exactly, or a time no later while the chunk
 // holds a key already expired; a tree of the shards' records shows the
 // shard holding an expired key, if any does. Shards start keeping these
@@ -560,15 +562,18 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 			// places of expired keys, here and then in the shards whose
 			// keys expire soonest, keep one of them for this key, so that
 			// calls racing with it cannot take them all, and try again.
+			// A place freed elsewhere serves only if this shard has a free
+			// slot; if not, only its own purge can make one.
 			keep := 0
-			if charge && !token {
+			if charge && !token && free >= 0 {
 				keep = 1
 			}
-			freed := 0
+			own := 0
 			if s.next <= clock {
-				freed = s.purge(g, clock, keep)
+				own = s.purge(g, clock, keep)
 			}
 			s.mu.Unlock()
+			freed := own
 			if freed == 0 && attempt == 0 {
 				g.sweep()
 				freed = g.reclaim(clock, keep)
@@ -576,13 +581,20 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 			if freed > 0 && testHookFreed != nil {
 				testHookFreed()
 			}
-			if freed == 0 && !token && attempt < 2 && charge && g.reserve() {
+			if freed == 0 && !token && attempt < 2 && charge && free >= 0 && g.reserve() {
 				// Racing calls freed places this one did not see.
 				freed, keep = 1, 1
 			}
-			if freed > 0 && !charge || freed == 0 && !charge && g.keys.Load() < g.maxKeys {
-				// A Peek: Allow would find room now.
-				return g.decision(g.p.Report(true, after, cost), reason, n, now, gcra.Time{})
+			if !charge {
+				// A Peek: Allow would find room now, or after its own
+				// shard's purge.
+				switch {
+				case free >= 0 && (freed > 0 || g.keys.Load() < g.maxKeys):
+					return g.decision(g.p.Report(true, after, cost), reason, n, now, gcra.Time{})
+				case own > 0 && attempt < 2:
+					continue
+				}
+				return g.decision(gcra.Result{}, ReasonTableFull, n, now, gcra.Time{})
 			}
 			if freed > 0 && keep > 0 {
 				token = true

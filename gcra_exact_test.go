@@ -354,3 +354,41 @@ func TestGCRAFreedPlaceKept(t *testing.T) {
 		}
 	})
 }
+
+// TestGCRAPeekFullShard fills one shard with keys in use, the table
+// below its cap: a new key of that shard finds no place, and Peek says so
+// as Allow does, though places in the other shard are free.
+func TestGCRAPeekFullShard(t *testing.T) {
+	g := NewGCRA(1, time.Hour, WithMaxKeys(1536))
+	if len(g.shards) != 2 || g.shardMax != 1024 {
+		t.Fatalf("%d shards of up to %d slots: the test needs 2 of 1,024", len(g.shards), g.shardMax)
+	}
+	full := &g.shards[0]
+	var fresh []string // new keys of shard 0
+	for i := 0; len(fresh) < 5 && i < 100_000; i++ {
+		k := fmt.Sprint("k", i)
+		if g.shardOf(maphash.String(g.seed, k)) != full {
+			continue
+		}
+		if full.used < int32(g.shardMax) {
+			if d := g.Allow(k); !d.Allowed {
+				t.Fatalf("%s, shard 0 holding %d: %+v", k, full.used, d)
+			}
+			continue
+		}
+		fresh = append(fresh, k)
+	}
+	if len(fresh) == 0 {
+		t.Fatalf("shard 0 holds %d of %d slots", full.used, g.shardMax)
+	}
+	for _, k := range fresh {
+		p := g.Peek(k)
+		a := g.Allow(k)
+		if p.Reason != a.Reason || a.Reason != ReasonTableFull {
+			t.Errorf("%s with shard 0 full of keys in use: Peek %v, Allow %v; want both table_full", k, p.Reason, a.Reason)
+		}
+	}
+	if n := g.Len(); n != g.shardMax {
+		t.Errorf("%d keys counted, want %d", n, g.shardMax)
+	}
+}
