@@ -57,10 +57,11 @@ import (
 // work fails its swaps when it resumes, whatever the new window has counted
 // since. Counts are lost in two cases only. When a change follows a window
 // without any event, both windows' counters are cleared, and events
-// observed while that change is in progress may be lost (and, after three
-// windows or more without an event, the tags match again, so a caller
-// descheduled in the middle of that change may also clear a counter that
-// has come back to exactly the count it had then). And an Observe that
+// observed while that change is in progress may be lost; so may the new
+// window's, rarely, as a caller descheduled in the middle of that change
+// may clear a counter that has come back to exactly the count those events
+// had given it, or, after three windows or more without an event, when
+// the tags match again, the count it had before. And an Observe that
 // reads the current window and is descheduled for longer than an interval
 // before it counts counts into a later window, or into counters being
 // cleared. No count is lost otherwise.
