@@ -377,7 +377,9 @@ func (r *Rate) zero(k int64, cells []atomic.Int64, seen *[clearChunk]int64, z in
 // swap is zero past its first check. A counter read again is read before
 // the check that the change is still wanted: a value read after the
 // change was published may hold events of window k, which the swap would
-// then zero, while one read before can only be window k-2's, or z.
+// then zero, while one read before holds none: it is window k-2's, or z,
+// or, in a change that clears both windows, z plus events observed during
+// the change (see Rate on what that case may lose).
 func (r *Rate) swap(k int64, cells []atomic.Int64, seen *[clearChunk]int64, z int64) bool {
 	for n := range cells {
 		for v := seen[n]; v != z && !cells[n].CompareAndSwap(v, z); {
