@@ -88,15 +88,16 @@ const maxSpan = gcra.MaxSpan
 // rare case below). A call that frees places for its key keeps one of
 // them, so that calls racing with it cannot take them all; a racing call
 // may find that place held for the moment the first takes to use it, or
-// to give it back if the key was stored meanwhile. Each shard records the soonest expiry of its keys, and of each
-// chunk of 32 of its slots, exactly, or a time no later while the chunk
-// holds a key already expired; a tree of the shards' records shows the
-// shard holding an expired key, if any does. Shards start keeping these
-// records as the table nears its cap: each new key held from twice the
-// number of shards below the cap sweeps one shard, so that all are swept
-// by the time the table is full (calls racing with each other may leave a
-// few to the first refusals at the cap, each of which sweeps one). Until
-// then, charging a key costs nothing more than storing its TAT.
+// to give it back if the key was stored meanwhile. Each shard records the
+// soonest expiry of its keys, and of each chunk of 32 of its slots,
+// exactly, or a time no later while the chunk holds a key already
+// expired; a tree of the shards' records shows the shard holding an
+// expired key, if any does. Shards start keeping these records as the
+// table nears its cap: each new key held from twice the number of shards
+// below the cap sweeps one shard, so that all are swept by the time the
+// table is full (calls racing with each other may leave a few to the
+// first refusals at the cap, each of which sweeps one). Until then,
+// charging a key costs nothing more than storing its TAT.
 //
 // No call does work proportional to the table: a call scans at most one
 // shard's probe sequence and, if the key it charges expired soonest in its
@@ -581,10 +582,6 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 			if freed > 0 && testHookFreed != nil {
 				testHookFreed()
 			}
-			if freed == 0 && !token && attempt < 2 && charge && free >= 0 && g.reserve() {
-				// Racing calls freed places this one did not see.
-				freed, keep = 1, 1
-			}
 			if !charge {
 				// A Peek: Allow would find room now, or after its own
 				// shard's purge.
@@ -596,7 +593,9 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 				}
 				return g.decision(gcra.Result{}, ReasonTableFull, n, now, gcra.Time{})
 			}
-			if freed > 0 && keep > 0 {
+			token = token || freed > 0 && keep > 0
+			if !token && freed == 0 && attempt < 2 && free >= 0 && g.reserve() {
+				// Racing calls freed places this one did not see.
 				token = true
 			}
 			if !token && (freed == 0 || attempt > 1) || attempt > 3 {

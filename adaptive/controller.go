@@ -154,12 +154,12 @@ type Controller struct {
 	// wait is how long Enter lets a request wait for a place, in
 	// nanoseconds, set after each window; 0 before the first.
 	wait atomic.Int64
-	// early is set while windows may close early, before a baseline,
-	// outside probes, and refusedAt holds the gate's refusals when the
-	// window began (see refusing).
-	early      atomic.Bool
-	refusedAt  atomic.Uint64
-	admittedAt atomic.Uint64
+	// refused and admitted are the gate's refusals and admissions when
+	// the window began; early is set while it may close early, before a
+	// baseline, outside probes (see refusing).
+	refused  atomic.Uint64
+	admitted atomic.Uint64
+	early    atomic.Bool
 
 	mu    sync.Mutex // guards what follows
 	limit float64
@@ -175,11 +175,9 @@ type Controller struct {
 	cutN int
 	// prevW is the window after which the limit began to rise, if prevN
 	// is 1.
-	prevW    Window
-	prevN    int
-	refused  uint64 // the gate's refusals when the window began
-	admitted uint64 // the gate's admissions when the window began
-	arrived  int    // requests that came while the window was open, once closed
+	prevW   Window
+	prevN   int
+	arrived int // requests that came while the window was open, once closed
 	// held is the limit of the window before, or 0 after a probe: a
 	// window whose limit was about the same as the one before measured
 	// the gate as it stands at that limit, not filling.
@@ -344,21 +342,22 @@ func (c *Controller) Observe(latency time.Duration, o Outcome) {
 
 // refusing reports whether the window, open for d nanoseconds, may close
 // before it has Samples requests: before the Controller has a baseline
-// (never, if it measures none), outside a probe, once the gate has refused a request since the window
-// began, four times as many requests as the limit have completed in it,
-// and the demand so far (Window.Demand) is below the limit: the limit
-// does not hold the load back, and refuses its bursts. Before it knows
-// anything of the service, a low limit, as a small service's is, refuses
-// a share of the bursts of a load well below it for a whole window
-// otherwise, and again for each doubling.
+// (never, if it measures none), outside a probe, once the gate has
+// refused a request since the window began, four times as many requests
+// as the limit have completed in it, and the demand so far
+// (Window.Demand) is below the limit: the limit does not hold the load
+// back, and refuses its bursts. Before it knows anything of the service,
+// a low limit, as a small service's is, refuses a share of the bursts of
+// a load well below it for a whole window otherwise, and again for each
+// doubling.
 func (c *Controller) refusing(d int64) bool {
 	gs := c.gate.Stats()
-	refused := gs.Shed + gs.TimedOut - c.refusedAt.Load()
+	refused := gs.Shed + gs.TimedOut - c.refused.Load()
 	n := c.n.Load()
 	if refused == 0 || n == 0 || n+c.drops.Load() < 4*int64(gs.Max) || d <= 0 {
 		return false
 	}
-	arrived := float64(gs.Admitted-c.admittedAt.Load()) + float64(refused)
+	arrived := float64(gs.Admitted-c.admitted.Load()) + float64(refused)
 	demand := arrived / float64(d) * float64(c.sum.Load()/n)
 	return demand < float64(gs.Max)
 }
@@ -373,8 +372,8 @@ func (c *Controller) close(now int64) {
 	if c.closed.Load() == open {
 		c.closed.Store(now)
 		s := c.gate.Stats()
-		c.due.Store(int64(s.Admitted - c.admitted))
-		c.arrived = int(s.Admitted-c.admitted) + int(s.Shed+s.TimedOut-c.refused)
+		c.due.Store(int64(s.Admitted - c.admitted.Load()))
+		c.arrived = int(s.Admitted-c.admitted.Load()) + int(s.Shed+s.TimedOut-c.refused.Load())
 	}
 	c.mu.Unlock()
 	c.turning.Store(false)
@@ -396,9 +395,8 @@ func (c *Controller) complete() bool {
 // begin starts a window at now. c.mu is held, or c is being made.
 func (c *Controller) begin(now int64) {
 	s := c.gate.Stats()
-	c.admitted, c.refused = s.Admitted, s.Shed+s.TimedOut
-	c.refusedAt.Store(c.refused)
-	c.admittedAt.Store(c.admitted)
+	c.admitted.Store(s.Admitted)
+	c.refused.Store(s.Shed + s.TimedOut)
 	c.early.Store(c.baseline == nil && !c.probe.on && c.probeEvery >= 0)
 	c.start.Store(now)
 	c.closed.Store(open)
@@ -427,7 +425,7 @@ func (c *Controller) end(now int64) {
 		End:         c.epoch.Add(time.Duration(closed)),
 		Limit:       c.current(),
 		MaxInFlight: int(c.maxIn.Swap(0)),
-		Refused:     int(gs.Shed + gs.TimedOut - c.refused),
+		Refused:     int(gs.Shed + gs.TimedOut - c.refused.Load()),
 		Arrived:     c.arrived,
 		admitted:    int(c.due.Load()),
 		Samples:     int(c.n.Swap(0)),
