@@ -1,6 +1,8 @@
 // Package redistest runs a throwaway redis-server for tests: one process on
 // a free loopback port, with persistence off, stopped when the test ends,
-// that a test can kill, restart and pause to see how its code copes.
+// that a test can kill, restart and pause to see how its code copes. On
+// Linux a server also ends with the test process when that ends without
+// its cleanup, as after a panic.
 //
 // Start skips the test when no redis-server binary is found, unless the
 // environment variable LIMITS_REQUIRE_REDIS is 1 (as in continuous
@@ -15,6 +17,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -165,14 +168,25 @@ func (s *Server) start() error {
 	}
 	cmd := exec.Command(s.bin, append(args, s.extra...)...)
 	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		return err
-	}
+	cmd.SysProcAttr = childAttr()
+	// The server is started, and waited for, by a goroutine locked to its
+	// thread: on Linux the server is killed when the thread that started
+	// it ends (childAttr), so that thread lives as long as the server.
+	started := make(chan error, 1)
 	exited := make(chan struct{})
 	go func() {
-		_ = cmd.Wait()
-		close(exited)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err == nil {
+			_ = cmd.Wait()
+			close(exited)
+		}
 	}()
+	if err := <-started; err != nil {
+		return err
+	}
 	deadline := time.Now().Add(startTimeout)
 	for {
 		select {
