@@ -52,19 +52,18 @@ import (
 //
 // Counters are cleared with a compare-and-swap from the value read before
 // checking that the change is still wanted, and every counter carries a
-// tag of its window that differs between window k and window k-2, which
-// held the same counters before: a caller descheduled in the middle of the
-// work fails its swaps when it resumes, whatever the new window has counted
-// since. Counts are lost in two cases only. When a change follows a window
-// without any event, both windows' counters are cleared, and events
-// observed while that change is in progress may be lost; so may the new
-// window's, rarely, as a caller descheduled in the middle of that change
-// may clear a counter that has come back to exactly the count those events
-// had given it, or, after three windows or more without an event, when
-// the tags match again, the count it had before. And an Observe that
-// reads the current window and is descheduled for longer than an interval
-// before it counts counts into a later window, or into counters being
-// cleared. No count is lost otherwise.
+// tag that alternates from one clearing of the same counters to the next,
+// however many windows without an event came between: a caller
+// descheduled in the middle of the work fails its swaps when it resumes,
+// whatever the new window has counted since. Counts are lost in two cases
+// only. When a change follows a window without any event, both windows'
+// counters are cleared, and events observed while that change is in
+// progress may be lost; so may the new window's, rarely, as a caller
+// descheduled in the middle of that change may clear a counter that has
+// come back to exactly the count those events had given it. And an
+// Observe that reads the current window and is descheduled for longer
+// than an interval before it counts counts into a later window, or into
+// counters being cleared. No count is lost otherwise.
 //
 // With intervals shorter than the time it takes to clear a window, windows
 // change faster than they can be cleared and counts are only approximate; any
@@ -99,12 +98,18 @@ type Rate struct {
 	// zeroed, so that callers sharing a change of window skip the chunks
 	// already done.
 	cleared [2][]atomic.Int64
+	// gen[s] is the window for which win[s] was last cleared, or is
+	// being cleared, shifted left by one, and the tag of that clearing in
+	// the low bit (see tagFor).
+	gen [2]atomic.Int64
 
 	// stall, nil but in tests, is called by a caller taking part in a
 	// change of window between its check that the change is still wanted
-	// and its first compare-and-swap, to play a caller descheduled there;
-	// stallRetry likewise before each compare-and-swap it tries again.
-	stall, stallRetry func()
+	// and its first compare-and-swap on a chunk of win[slot], whose values
+	// it read in seen, to play a caller descheduled there; stallRetry
+	// likewise before each compare-and-swap it tries again.
+	stall      func(slot int, seen *[clearChunk]int64)
+	stallRetry func()
 }
 
 // RateComponents is what RateWith passes to its function: the counts of one
@@ -161,7 +166,10 @@ func NewRate(interval time.Duration, opts ...Option) *Rate {
 	r := &Rate{interval: interval, seed: maphash.MakeSeed(), exact: lines > 0, conservative: o.sizing.Conservative || lines > 0}
 	r.win[0] = newWindow(lines, hashes, slots, r.seed)
 	r.win[1] = newWindow(lines, hashes, slots, r.seed)
-	r.win[1].fill(-1) // window 0's Prev: window -1, with its tag
+	// Window 0 counts in win[0], cleared with tag 0 as made; its Prev,
+	// window -1, is win[1], cleared with tag 1.
+	r.win[1].fill(1)
+	r.gen[1].Store(-1<<1 | 1)
 	chunks := (len(r.win[0].cells) + clearChunk - 1) / clearChunk
 	r.cleared[0] = make([]atomic.Int64, chunks)
 	r.cleared[1] = make([]atomic.Int64, chunks)
@@ -217,7 +225,7 @@ func (r *Rate) ObserveHash(h uint64, n int64) int64 {
 	if r.exact {
 		return w.observe(h, n)
 	}
-	return w.add(h, n, c, r.conservative)
+	return w.add(h, n, r.tagOf(c), r.conservative)
 }
 
 // get returns key hash h's estimate in window k, held by r.win[k&1].
@@ -226,7 +234,35 @@ func (r *Rate) get(h uint64, k int64) int64 {
 	if r.exact {
 		return w.get(h)
 	}
-	return w.read(h, k, r.conservative)
+	return w.read(h, r.tagOf(k), r.conservative)
+}
+
+// tagOf returns the tag of the counters of window k, current or latest
+// completed: that of the latest clearing of win[k&1], which was for k.
+func (r *Rate) tagOf(k int64) int64 { return r.gen[k&1].Load() & 1 }
+
+// tagFor returns the tag with which win[slot] is cleared for window k,
+// and false if a later window has claimed win[slot] since. The first
+// caller to ask for k sets it, the other of the tag of the slot's
+// clearing before, so that callers sharing the change agree: a slot's
+// counters never carry the tag they carried before their latest
+// clearing, whatever the windows skipped between, and so never hold a
+// value that a caller descheduled in the middle of the clearing read
+// (see zero).
+func (r *Rate) tagFor(slot int, k int64) (int64, bool) {
+	for {
+		g := r.gen[slot].Load()
+		switch {
+		case g>>1 == k:
+			return g & 1, true
+		case g>>1 > k:
+			return 0, false
+		}
+		t := 1 - g&1
+		if r.gen[slot].CompareAndSwap(g, k<<1|t) {
+			return t, true
+		}
+	}
 }
 
 // Rate returns key's rate over the latest completed window, in events per
@@ -312,15 +348,23 @@ func (r *Rate) flip(k int64) {
 	}
 	chunks := len(r.cleared[0])
 	total := chunks
+	var tags [2]int64 // for win[k&1], and for win[(k-1)&1] if cleared too
+	var ok bool
+	if tags[0], ok = r.tagFor(int(k&1), k); !ok {
+		return
+	}
 	if k-1 > c {
 		total *= 2
+		if tags[1], ok = r.tagFor(int((k-1)&1), k-1); !ok {
+			return
+		}
 	}
 	from := rand.IntN(total)
 	for j := range total {
 		i := (from + j) % total
-		slot, as := k&1, k
+		slot, t := k&1, tags[0]
 		if i >= chunks {
-			slot, as, i = (k-1)&1, k-1, i-chunks
+			slot, t, i = (k-1)&1, tags[1], i-chunks
 		}
 		if r.cleared[slot][i].Load() == k {
 			continue
@@ -331,7 +375,7 @@ func (r *Rate) flip(k int64) {
 		for n := range cells {
 			seen[n] = cells[n].Load()
 		}
-		if !r.zero(k, cells, &seen, w.blank(i*clearChunk, as)) {
+		if !r.zero(k, int(slot), cells, &seen, w.blank(i*clearChunk, t)) {
 			return
 		}
 		r.cleared[slot][i].Store(k)
@@ -354,22 +398,23 @@ func (r *Rate) wanted(k int64) bool {
 	return r.cur.Load() < k && r.claimed.Load() < k+2
 }
 
-// zero sets each of cells to z, its value in window k once cleared, for
-// the change to window k, with a compare-and-swap from seen, the values
-// read before checking that the change is still wanted. A caller
-// descheduled after that check, resuming once the Estimator counts window
-// k, thus fails its swaps: every counter carries its window's tag (see
-// window), and the tag of window k differs from that of k-2, which the
-// caller read. A counter that moved for another reason (callers counting
-// into it while a change clears both Estimators) is read again, as long as
-// the change is still wanted. It returns false if it stopped because the
-// change no longer is.
-func (r *Rate) zero(k int64, cells []atomic.Int64, seen *[clearChunk]int64, z int64) bool {
+// zero sets each of cells, of win[slot], to z, its value once cleared,
+// for the change to window k, with a compare-and-swap from seen, the
+// values read before checking that the change is still wanted. A caller
+// descheduled after that check, resuming once the slot counts a window,
+// thus fails its swaps: every counter carries the tag of its slot's
+// latest clearing (see window and tagFor), and this clearing's tag
+// differs from that of the one before, whose counts the caller read. A
+// counter that moved for another reason (a caller that read the current
+// window and was descheduled for an interval counting into it) is read
+// again, as long as the change is still wanted. It returns false if it
+// stopped because the change no longer is.
+func (r *Rate) zero(k int64, slot int, cells []atomic.Int64, seen *[clearChunk]int64, z int64) bool {
 	if !r.wanted(k) {
 		return false
 	}
 	if r.stall != nil {
-		r.stall()
+		r.stall(slot, seen)
 	}
 	return r.swap(k, cells, seen, z)
 }

@@ -122,7 +122,7 @@ func TestRateLateZeroingAfterPublish(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := beforeChange(mode.new)
 				stalled, resume := make(chan struct{}), make(chan struct{})
-				r.stall = func() {
+				r.stall = func(int, *[clearChunk]int64) {
 					r.stall = nil // only the first caller stalls
 					close(stalled)
 					<-resume
@@ -174,7 +174,7 @@ func TestRateRetryZeroingAfterPublish(t *testing.T) {
 				moved := 0
 				for n := range cells {
 					seen[n] = cells[n].Load()
-					if seen[n] != w.blank(n, 0) {
+					if seen[n] != w.blank(n, r.tagOf(0)) {
 						seen[n] ^= 1 << 20
 						moved++
 					}
@@ -190,7 +190,8 @@ func TestRateRetryZeroingAfterPublish(t *testing.T) {
 					}
 				}
 				r.claimed.Store(k)
-				r.swap(k, cells, &seen, w.blank(0, k))
+				t0, _ := r.tagFor(k&1, k)
+				r.swap(k, cells, &seen, w.blank(0, t0))
 				if r.cur.Load() != k {
 					t.Fatalf("window %d, want %d", r.cur.Load(), k)
 				}
@@ -214,4 +215,57 @@ func beforeChange(mk func(iv time.Duration, hashes, slots int) *Rate) *Rate {
 	r.Observe("a", 1)
 	time.Sleep(time.Second)
 	return r
+}
+
+// TestRateStaleClearAfterIdleWindows plays a change of window after three
+// windows without an event, when the Estimator (or table) that counts the
+// new window last counted the window four before it: a caller taking
+// part in the change reads a chunk holding that old window's counts,
+// checks that the change is still wanted, and stalls; another caller
+// makes the change, publishes it and counts as many events of the same
+// key as the old window had; the first caller resumes. Its swap must
+// fail, as the counters carry a tag other than the one it read, though
+// window 4's tag by the window's number would be window 0's.
+func TestRateStaleClearAfterIdleWindows(t *testing.T) {
+	modes := append(rateModes[:len(rateModes):len(rateModes)], struct {
+		name string
+		new  func(iv time.Duration, hashes, slots int) *Rate
+	}{"exact", func(iv time.Duration, _, _ int) *Rate { return NewRate(iv) }})
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := mode.new(time.Second, 1, 8)
+				const events = 5
+				for range events {
+					r.Observe("a", 1) // window 0, counted in win[0]
+				}
+				time.Sleep(4 * time.Second) // windows 1 to 3 see nothing; window 4 counts in win[0]
+				stalled, resume := make(chan struct{}), make(chan struct{})
+				r.stall = func(slot int, seen *[clearChunk]int64) {
+					if slot != 0 || *seen == [clearChunk]int64{} {
+						return // not the chunk that holds a's counts of window 0
+					}
+					r.stall = nil // only the first caller stalls
+					close(stalled)
+					<-resume
+				}
+				late := make(chan int64)
+				go func() { late <- r.Observe("b", 1) }() // starts the change to window 4, stalls
+				<-stalled
+				for i := range events {
+					if got := r.Observe("a", 1); got != int64(i+1) {
+						t.Fatalf("window 4: Observe(a) = %d after %d events", got, i+1)
+					}
+				}
+				close(resume)
+				<-late
+				if r.cur.Load() != 4 {
+					t.Fatalf("window = %d after the change, want 4", r.cur.Load())
+				}
+				if got := r.Peek("a"); got < events {
+					t.Errorf("a counts %d in window 4 after %d events: the late caller cleared them", got, events)
+				}
+			})
+		})
+	}
 }

@@ -55,14 +55,16 @@ import (
 //
 // # Tags
 //
-// Every counter of a window carries the window's tag, (k>>1)&1 for window
-// k, in a bit above its count: bit 15 of each entry, bit 31 of each 32-bit
-// counter of the sketch next to a table, bit 62 of a counter of an
-// Estimator. The Estimator that counts window k counted window k-2 before, with
-// the other tag, so a counter of the live window never holds the value a
-// caller clearing it for the change to k read from window k-2: a caller
-// that resumes late from clearing fails its compare-and-swap, whatever the
-// live count has climbed to.
+// Every counter of a window carries a tag in a bit above its count: bit
+// 15 of each entry, bit 31 of each 32-bit counter of the sketch next to a
+// table, bit 62 of a counter of an Estimator. Each clearing of a window's
+// memory for a new window sets the other tag than the clearing before
+// (Rate.tagFor), so a counter of the live window never holds a value a
+// caller clearing it read from the window it held before, be it window
+// k-2 or, after windows without an event, an older one: a caller that
+// resumes late from clearing fails its compare-and-swap, whatever the
+// live count has climbed to. (A tag taken from the window's number, k>>1
+// & 1, would match again after three windows without an event.)
 type window struct {
 	cells []atomic.Int64 // every counter, table first: what a change of window clears
 	table []atomic.Int64 // lines of lineWords words; empty without a table
@@ -125,12 +127,9 @@ func newWindow(lines, hashes, slots int, seed maphash.Seed) window {
 	return w
 }
 
-// tag returns the tag of window k.
-func tag(k int64) int64 { return (k >> 1) & 1 }
-
-// blank returns the value of cell i of w once cleared for window k.
-func (w *window) blank(i int, k int64) int64 {
-	t := uint64(tag(k))
+// blank returns the value of cell i of w once cleared with tag t, 0 or 1.
+func (w *window) blank(i int, tag int64) int64 {
+	t := uint64(tag)
 	switch {
 	case w.sketch != nil:
 		return int64(t << 62)
@@ -141,11 +140,11 @@ func (w *window) blank(i int, k int64) int64 {
 	}
 }
 
-// fill sets every counter of w to its value in window k, for a window
-// nobody else can see yet.
-func (w *window) fill(k int64) {
+// fill sets every counter of w to its value once cleared with tag t, for
+// a window nobody else can see yet.
+func (w *window) fill(t int64) {
 	for i := range w.cells {
-		w.cells[i].Store(w.blank(i, k))
+		w.cells[i].Store(w.blank(i, t))
 	}
 }
 
@@ -343,22 +342,22 @@ func estimate(c uint64) int64 {
 	return int64(c)
 }
 
-// add adds n to key hash h in w, an Estimator alone, which counts window
-// k, and returns the estimate: with conservative update, or plainly,
+// add adds n to key hash h in w, an Estimator alone, whose counters carry
+// tag, and returns the estimate: with conservative update, or plainly,
 // taking events back for a negative n.
-func (w *window) add(h uint64, n int64, k int64, conservative bool) int64 {
-	t := tag(k) << 62
+func (w *window) add(h uint64, n int64, tag int64, conservative bool) int64 {
+	t := tag << 62
 	if conservative {
 		return w.sketch.incrConservativeTo(h, n, t|sketchMax) & sketchMax
 	}
 	return w.sketch.add(h, n) - t
 }
 
-// read returns key hash h's estimate in w, an Estimator alone, which
-// counts window k.
-func (w *window) read(h uint64, k int64, conservative bool) int64 {
+// read returns key hash h's estimate in w, an Estimator alone, whose
+// counters carry tag.
+func (w *window) read(h uint64, tag int64, conservative bool) int64 {
 	if conservative {
 		return w.sketch.GetHash(h) & sketchMax
 	}
-	return w.sketch.GetHash(h) - tag(k)<<62
+	return w.sketch.GetHash(h) - tag<<62
 }
