@@ -44,26 +44,27 @@ import (
 // nothing. At each change of window one caller, the first to claim it, clears
 // the counters that held the window before last and then publishes the new
 // window; callers that arrive while it works share the work, so that a
-// claimer descheduled half-way does not hold the change up. Callers that
-// read the clock before the change can neither claim it nor clear anything.
-// A completed window stays readable until the window after it ends. Events
-// observed while a change is in progress (microseconds at the default size)
-// are counted in the window that is ending, the one adjacent to theirs.
+// claimer descheduled half-way does not hold the change up. A caller whose
+// clock is still in the current window counts in it and clears nothing;
+// one whose clock has passed it takes part in the change to the latest
+// window claimed, its own or a later one, before it counts. A completed
+// window stays readable until the window after it ends. Events observed
+// while a change is in progress (microseconds at the default size) are
+// counted in the window that is ending or in the new one: their own, or
+// the one adjacent to theirs.
 //
 // Counters are cleared with a compare-and-swap from the value read before
 // checking that the change is still wanted, and every counter carries a
 // tag that alternates from one clearing of the same counters to the next,
 // however many windows without an event came between: a caller
 // descheduled in the middle of the work fails its swaps when it resumes,
-// whatever the new window has counted since. Counts are lost in two cases
-// only. When a change follows a window without any event, both windows'
-// counters are cleared, and events observed while that change is in
-// progress may be lost; so may the new window's, rarely, as a caller
-// descheduled in the middle of that change may clear a counter that has
-// come back to exactly the count those events had given it. And an
-// Observe that reads the current window and is descheduled for longer
-// than an interval before it counts counts into a later window, or into
-// counters being cleared. No count is lost otherwise.
+// whatever the new window has counted since. Counts are lost in one case
+// only: an Observe that reads the current window and is descheduled for
+// longer than an interval before it counts counts into a later window, or
+// into counters being cleared, where its count may also lead a caller
+// descheduled in the middle of the clearing to clear a counter of the new
+// window that has come back to exactly that count. No count is lost
+// otherwise, after windows without an event too.
 //
 // With intervals shorter than the time it takes to clear a window, windows
 // change faster than they can be cleared and counts are only approximate; any
@@ -213,7 +214,12 @@ func (r *Rate) Observe(key string, n int64) int64 {
 // ObserveHash is Observe for a key hashed with Hash.
 func (r *Rate) ObserveHash(h uint64, n int64) int64 {
 	c := r.cur.Load()
-	d := r.elapsed()
+	return r.observeAt(h, n, c, r.elapsed())
+}
+
+// observeAt is ObserveHash for a caller that read the current window, c,
+// and then the clock, d after r's creation.
+func (r *Rate) observeAt(h uint64, n int64, c int64, d time.Duration) int64 {
 	// The clock is still in window c (or, read before another caller moved
 	// on, in an earlier one) unless it is a full interval past c's start;
 	// c*interval cannot overflow, as the clock once read that much.
@@ -318,8 +324,11 @@ func (r *Rate) elapsed() time.Duration {
 
 // advance is called by an observer whose clock, d after r's creation, has
 // passed the current window. It claims the clock's window k, unless another
-// caller has, and then takes part in the change to k until k is published.
-// A caller whose clock is behind the claimed window does nothing.
+// caller has, and then takes part in the change to the window claimed, k
+// or a later one, until it is published. (Counting in the current window
+// while a later one's change is under way could count into the counters
+// it clears: that change follows a window without an event, so it clears
+// both windows'.)
 func (r *Rate) advance(d time.Duration) {
 	k := int64(d / r.interval)
 	for f := r.claimed.Load(); k > f; f = r.claimed.Load() {
@@ -327,9 +336,7 @@ func (r *Rate) advance(d time.Duration) {
 			break
 		}
 	}
-	if r.claimed.Load() == k {
-		r.flip(k)
-	}
+	r.flip(r.claimed.Load())
 }
 
 // flip makes window k current: it zeroes Estimator k&1, which holds window

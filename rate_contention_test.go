@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"hash/maphash"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -34,14 +35,28 @@ func TestRateNeverUnderCountsUnderContention(t *testing.T) {
 		{"default", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { underCountRun(t, NewRate(time.Millisecond, tc.opts...)) })
+			synctest.Test(t, func(t *testing.T) {
+				underCountRun(t, NewRate(time.Millisecond, tc.opts...), func(int64) bool { return true })
+			})
+		})
+		// Windows without an event, one to four in a row: the change after
+		// them clears both windows' counters, and a tag taken from the
+		// window's number would be the same as before after three.
+		t.Run(tc.name+" idle", func(t *testing.T) {
+			const events = "xxx.xx..xx...xx....x" // over and over
+			synctest.Test(t, func(t *testing.T) {
+				underCountRun(t, NewRate(time.Millisecond, tc.opts...), func(w int64) bool {
+					return events[w%int64(len(events))] == 'x'
+				})
+			})
 		})
 	}
 }
 
 // underCountRun is TestRateNeverUnderCountsUnderContention for one Rate,
-// made in the test's bubble.
-func underCountRun(t *testing.T, r *Rate) {
+// made in the test's bubble, with events in the windows w for which
+// active(w) holds.
+func underCountRun(t *testing.T, r *Rate, active func(w int64) bool) {
 	const (
 		windows = 1000
 		keys    = 3
@@ -67,6 +82,9 @@ func underCountRun(t *testing.T, r *Rate) {
 			for s := range 4 * windows {
 				sleepTo(start, time.Duration(s)*250*time.Microsecond)
 				w, _ := r.position()
+				if !active(w) {
+					continue
+				}
 				for range burst {
 					k := rng.IntN(keys)
 					n := 1 + rng.Int64N(3)
@@ -92,7 +110,7 @@ func underCountRun(t *testing.T, r *Rate) {
 				var c RateComponents
 				r.RateWith(names[k], func(rc RateComponents) float64 { c = rc; return 0 })
 				want := first[w%4][k].Load()
-				if w > 0 {
+				if w > 0 && active(w-1) {
 					want += later[(w-1)%4][k].Load()
 				}
 				if c.Curr+c.Prev < want {
@@ -264,6 +282,40 @@ func TestRateStaleClearAfterIdleWindows(t *testing.T) {
 				}
 				if got := r.Peek("a"); got < events {
 					t.Errorf("a counts %d in window 4 after %d events: the late caller cleared them", got, events)
+				}
+			})
+		})
+	}
+}
+
+// TestRateLateClaimAfterIdleWindow plays a caller that reads the clock at
+// the end of a window that follows one without an event, and finds, on
+// its way to claim the change to its window, that another caller has
+// claimed the next window already; that other caller is descheduled
+// before it starts the change, which then clears both windows' counters.
+// The first caller's event must not be counted into counters that the
+// change clears, but in the new window or the one before.
+func TestRateLateClaimAfterIdleWindow(t *testing.T) {
+	modes := append(rateModes[:len(rateModes):len(rateModes)], struct {
+		name string
+		new  func(iv time.Duration, hashes, slots int) *Rate
+	}{"exact", func(iv time.Duration, _, _ int) *Rate { return NewRate(iv) }})
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := mode.new(time.Second, 1, 8)
+				r.Observe("b", 1) // window 0; window 1 sees nothing
+				time.Sleep(2 * time.Second)
+				r.claimed.Store(2) // claimed by a caller now descheduled
+				// The first caller read window 0 as current and then its
+				// clock in window 1.
+				h := maphash.String(r.seed, "a")
+				r.observeAt(h, 1, 0, 1500*time.Millisecond)
+				r.flip(2) // the descheduled caller resumes
+				var c RateComponents
+				r.RateWith("a", func(rc RateComponents) float64 { c = rc; return 0 })
+				if r.cur.Load() != 2 || c.Curr+c.Prev != 1 {
+					t.Errorf("window %d: a counts %d in it and %d in the window before, want 1 in all", r.cur.Load(), c.Curr, c.Prev)
 				}
 			})
 		})
