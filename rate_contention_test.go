@@ -139,23 +139,14 @@ func TestRateLateZeroingAfterPublish(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := beforeChange(mode.new)
-				stalled, resume := make(chan struct{}), make(chan struct{})
-				r.stall = func(int, *[clearChunk]int64) {
-					r.stall = nil // only the first caller stalls
-					close(stalled)
-					<-resume
-				}
-				late := make(chan int64)
-				go func() { late <- r.Observe("b", 1) }() // starts the change to window 2, stalls
-				<-stalled
+				resume := stallChange(r, func(int, *[clearChunk]int64) bool { return true }) // the change to window 2
 				for i := range 5 {
 					got := r.Observe("a", 1)
 					if got < int64(i+1) {
 						t.Fatalf("window 2: Observe(a) = %d after %d events", got, i+1)
 					}
 				}
-				close(resume)
-				<-late
+				resume()
 				want := int64(5)
 				if r.cur.Load() != 2 {
 					t.Fatalf("window = %d after the change, want 2", r.cur.Load())
@@ -245,11 +236,7 @@ func beforeChange(mk func(iv time.Duration, hashes, slots int) *Rate) *Rate {
 // fail, as the counters carry a tag other than the one it read, though
 // window 4's tag by the window's number would be window 0's.
 func TestRateStaleClearAfterIdleWindows(t *testing.T) {
-	modes := append(rateModes[:len(rateModes):len(rateModes)], struct {
-		name string
-		new  func(iv time.Duration, hashes, slots int) *Rate
-	}{"exact", func(iv time.Duration, _, _ int) *Rate { return NewRate(iv) }})
-	for _, mode := range modes {
+	for _, mode := range allRateModes() {
 		t.Run(mode.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := mode.new(time.Second, 1, 8)
@@ -258,25 +245,17 @@ func TestRateStaleClearAfterIdleWindows(t *testing.T) {
 					r.Observe("a", 1) // window 0, counted in win[0]
 				}
 				time.Sleep(4 * time.Second) // windows 1 to 3 see nothing; window 4 counts in win[0]
-				stalled, resume := make(chan struct{}), make(chan struct{})
-				r.stall = func(slot int, seen *[clearChunk]int64) {
-					if slot != 0 || *seen == [clearChunk]int64{} {
-						return // not the chunk that holds a's counts of window 0
-					}
-					r.stall = nil // only the first caller stalls
-					close(stalled)
-					<-resume
-				}
-				late := make(chan int64)
-				go func() { late <- r.Observe("b", 1) }() // starts the change to window 4, stalls
-				<-stalled
+				// The change to window 4 stalls at the chunk that holds a's
+				// counts of window 0.
+				resume := stallChange(r, func(slot int, seen *[clearChunk]int64) bool {
+					return slot == 0 && *seen != [clearChunk]int64{}
+				})
 				for i := range events {
 					if got := r.Observe("a", 1); got != int64(i+1) {
 						t.Fatalf("window 4: Observe(a) = %d after %d events", got, i+1)
 					}
 				}
-				close(resume)
-				<-late
+				resume()
 				if r.cur.Load() != 4 {
 					t.Fatalf("window = %d after the change, want 4", r.cur.Load())
 				}
@@ -296,11 +275,7 @@ func TestRateStaleClearAfterIdleWindows(t *testing.T) {
 // The first caller's event must not be counted into counters that the
 // change clears, but in the new window or the one before.
 func TestRateLateClaimAfterIdleWindow(t *testing.T) {
-	modes := append(rateModes[:len(rateModes):len(rateModes)], struct {
-		name string
-		new  func(iv time.Duration, hashes, slots int) *Rate
-	}{"exact", func(iv time.Duration, _, _ int) *Rate { return NewRate(iv) }})
-	for _, mode := range modes {
+	for _, mode := range allRateModes() {
 		t.Run(mode.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := mode.new(time.Second, 1, 8)
@@ -319,5 +294,44 @@ func TestRateLateClaimAfterIdleWindow(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// allRateModes returns rateModes and the exact-first default, which
+// ignores hashes and slots.
+func allRateModes() []struct {
+	name string
+	new  func(iv time.Duration, hashes, slots int) *Rate
+} {
+	return append(rateModes[:len(rateModes):len(rateModes)], struct {
+		name string
+		new  func(iv time.Duration, hashes, slots int) *Rate
+	}{"exact", func(iv time.Duration, _, _ int) *Rate { return NewRate(iv) }})
+}
+
+// stallChange has a caller observe "b", which starts the change of window
+// r's clock calls for, and stall in it at the first chunk of win[slot],
+// read in seen, for which at holds; it returns once the caller is
+// stalled, with a function that lets it resume and waits for its Observe
+// to return.
+func stallChange(r *Rate, at func(slot int, seen *[clearChunk]int64) bool) (resume func()) {
+	stalled, resumed := make(chan struct{}), make(chan struct{})
+	r.stall = func(slot int, seen *[clearChunk]int64) {
+		if !at(slot, seen) {
+			return
+		}
+		r.stall = nil // only the first caller stalls
+		close(stalled)
+		<-resumed
+	}
+	done := make(chan struct{})
+	go func() {
+		r.Observe("b", 1)
+		close(done)
+	}()
+	<-stalled
+	return func() {
+		close(resumed)
+		<-done
 	}
 }
