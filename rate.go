@@ -350,7 +350,10 @@ func (r *Rate) advance(d time.Duration) {
 // one caller runs through it, whoever else was descheduled half-way.
 func (r *Rate) flip(k int64) {
 	c := r.cur.Load()
-	if c >= k {
+	if c >= k || r.claimed.Load() >= k+2 {
+		// Done, or superseded by a change that clears the same memory: a
+		// caller that took its tags now could give them the tag that
+		// memory already carries (see tagFor).
 		return
 	}
 	chunks := len(r.cleared[0])
