@@ -421,6 +421,25 @@ func TestCapacityLightLoad(t *testing.T) {
 	}
 }
 
+// TestCapacityLightLoadNoProbe runs the services of capacity 2, 6 and
+// 20 at 0.7 times their capacity from a limit of C, five seeds of each
+// shape, for 5s: the load fits under the limit, so the gate never
+// probes, even when the bursts of the first window fill it (a probe
+// there halves the limit and refuses a share of the load for a second).
+func TestCapacityLightLoadNoProbe(t *testing.T) {
+	for _, cc := range capacities[:3] {
+		for _, dist := range sim.Dists {
+			for seed := range uint64(5) {
+				r := capRun{c: cc.C, dist: dist, initial: cc.C, load: 0.7, d: 5 * time.Second, seed: seed}
+				_, ctrl := r.run(t)
+				if s := ctrl.Stats(); s.Probes > 0 {
+					t.Errorf("C=%d %v seed %d: %d probes at 0.7 times the capacity; history %+v", cc.C, dist, seed, s.Probes, s.History)
+				}
+			}
+		}
+	}
+}
+
 // TestCapacityClimb starts the gate at 1 before the slow service of
 // capacity 6 at twice its load: the limit reaches 5 within 5s.
 func TestCapacityClimb(t *testing.T) {

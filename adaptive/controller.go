@@ -74,21 +74,23 @@ type Config struct {
 	// Vegas compare each window's to. It measures only while the limit
 	// holds the load back (a window in which the gate was full and the
 	// demand, Window.Demand, reached the limit, as did the window's
-	// before), so a gate that is not the constraint costs nothing. It
-	// lowers the limit to half for one window; while latency there is
-	// lower than at the limit, beyond the windows' sampling error, which
-	// means the limit was past the capacity, it halves again; where it
-	// is not, it gathers 4*Samples requests for the baseline, in windows
-	// of their own, at that concurrency, or at twice it if latency was no
-	// higher there within one standard error and a concurrency past the
-	// capacity was found above, then restores the limit (no higher than
-	// that concurrency). The first time, when latency at half the limit
-	// is no lower, the limit may be too low: it doubles the limit, one
-	// window each, until latency rises, and takes the windows before as
-	// the baseline, gathering more at the concurrency before if they hold
-	// fewer than 4*Samples requests. A law's cuts that do not lower latency (by 10% of the
-	// limit) mean the baseline reads too low: it is measured again, at
-	// once. 0 means DefaultProbeEvery; < 0 never measures the baseline,
+	// before; or, in the first window after the start, which has none
+	// before it, a demand of twice the limit), so a gate that is not the
+	// constraint costs nothing. It lowers the limit to half for one
+	// window; while latency there is lower than at the limit, beyond the
+	// windows' sampling error, which means the limit was past the
+	// capacity, it halves again; where it is not, it gathers 4*Samples
+	// requests for the baseline, in windows of their own, at that
+	// concurrency, or at twice it if latency was no higher there within
+	// one standard error and a concurrency past the capacity was found
+	// above, then restores the limit (no higher than that concurrency).
+	// The first time, when latency at half the limit is no lower, the
+	// limit may be too low: it doubles the limit, one window each, until
+	// latency rises, and takes the windows before as the baseline,
+	// gathering more at the concurrency before if they hold fewer than
+	// 4*Samples requests. A law's cuts that do not lower latency (by 10%
+	// of the limit) mean the baseline reads too low: it is measured again,
+	// at once. 0 means DefaultProbeEvery; < 0 never measures the baseline,
 	// for a law that does not read it, such as AIMD.
 	ProbeEvery time.Duration
 	// History is how many windows Stats.History keeps; 0 means
@@ -519,7 +521,12 @@ func (c *Controller) end(now int64) {
 			// capacity has grown, or the reading was noise.
 			c.knee, c.rises = 0, 0
 		}
-		steady := constrained(w) && w.steady
+		// A probe needs the limit to have held the load back in this
+		// window and the one before; the first window after the start or
+		// a probe has none before it, and needs a demand of twice the
+		// limit: at a load below the limit, the bursts of a first
+		// window can fill the gate and read a demand of about the limit.
+		steady := constrained(w) && w.steady && (!w.first || w.Demand() >= 2*float64(w.Limit))
 		if c.probeEvery >= 0 && (c.baseline == nil || now >= c.probe.next || suspect) && steady {
 			c.startProbe(now, w)
 			c.probe.rebase = suspect
