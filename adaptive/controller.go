@@ -75,8 +75,8 @@ type Config struct {
 	// holds the load back (a window in which the gate was full and the
 	// demand, Window.Demand, reached the limit, as did the window's
 	// before; or, in the first window after the start, which has none
-	// before it, a demand of twice the limit), so a gate that is not the
-	// constraint costs nothing. It lowers the limit to half for one
+	// before it, a demand of 1.5 times the limit), so a gate that is not
+	// the constraint costs nothing. It lowers the limit to half for one
 	// window; while latency there is lower than at the limit, beyond the
 	// windows' sampling error, which means the limit was past the
 	// capacity, it halves again; where it is not, it gathers 4*Samples
@@ -522,11 +522,11 @@ func (c *Controller) end(now int64) {
 			c.knee, c.rises = 0, 0
 		}
 		// A probe needs the limit to have held the load back in this
-		// window and the one before; the first window after the start or
-		// a probe has none before it, and needs a demand of twice the
-		// limit: at a load below the limit, the bursts of a first
-		// window can fill the gate and read a demand of about the limit.
-		steady := constrained(w) && w.steady && (!w.first || w.Demand() >= 2*float64(w.Limit))
+		// window and the one before; the first window after the start
+		// has none before it, and needs a demand of 1.5 times the limit:
+		// at a load below the limit, its bursts can fill the gate and
+		// read a demand of about the limit.
+		steady := constrained(w) && w.steady && (!w.first || c.baseline != nil || w.Demand() >= 1.5*float64(w.Limit))
 		if c.probeEvery >= 0 && (c.baseline == nil || now >= c.probe.next || suspect) && steady {
 			c.startProbe(now, w)
 			c.probe.rebase = suspect
