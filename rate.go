@@ -372,9 +372,9 @@ func (r *Rate) flip(k int64) {
 	from := rand.IntN(total)
 	for j := range total {
 		i := (from + j) % total
-		slot, t := k&1, tags[0]
+		slot, as, t := k&1, k, tags[0]
 		if i >= chunks {
-			slot, t, i = (k-1)&1, tags[1], i-chunks
+			slot, as, t, i = (k-1)&1, k-1, tags[1], i-chunks
 		}
 		if r.cleared[slot][i].Load() == k {
 			continue
@@ -385,7 +385,13 @@ func (r *Rate) flip(k int64) {
 		for n := range cells {
 			seen[n] = cells[n].Load()
 		}
-		if !r.zero(k, int(slot), cells, &seen, w.blank(i*clearChunk, t)) {
+		if !r.zero(k, as, int(slot), cells, &seen, w.blank(i*clearChunk, t)) {
+			if as < k && r.wanted(k, k) {
+				// Window k-1 was published meanwhile, by the change to it
+				// that was under way: its memory is current, and the
+				// change to k clears only its own.
+				continue
+			}
 			return
 		}
 		r.cleared[slot][i].Store(k)
@@ -401,11 +407,14 @@ func (r *Rate) flip(k int64) {
 // window.
 const clearChunk = 32
 
-// wanted reports whether the change to window k still needs work: it has
-// not been published, and no change to k+2 or later, which would reuse the
-// same Estimator, has been claimed.
-func (r *Rate) wanted(k int64) bool {
-	return r.cur.Load() < k && r.claimed.Load() < k+2
+// wanted reports whether the change to window k still needs to clear the
+// memory of window as, k or k-1: window as has not been published, and no
+// change to k+2 or later, which would reuse the same memory, has been
+// claimed. (A change to k-1 under way as the change to k is claimed may
+// publish k-1 before the change to k has cleared its memory, and that
+// memory is then current.)
+func (r *Rate) wanted(k, as int64) bool {
+	return r.cur.Load() < as && r.claimed.Load() < k+2
 }
 
 // zero sets each of cells, of win[slot], to z, its value once cleared,
@@ -417,29 +426,29 @@ func (r *Rate) wanted(k int64) bool {
 // differs from that of the one before, whose counts the caller read. A
 // counter that moved for another reason (a caller that read the current
 // window and was descheduled for an interval counting into it) is read
-// again, as long as the change is still wanted. It returns false if it
-// stopped because the change no longer is.
-func (r *Rate) zero(k int64, slot int, cells []atomic.Int64, seen *[clearChunk]int64, z int64) bool {
-	if !r.wanted(k) {
+// again, as long as the change is still wanted. cells hold window as, k
+// or k-1, once cleared. It returns false if it stopped because the change
+// no longer is (see wanted).
+func (r *Rate) zero(k, as int64, slot int, cells []atomic.Int64, seen *[clearChunk]int64, z int64) bool {
+	if !r.wanted(k, as) {
 		return false
 	}
 	if r.stall != nil {
 		r.stall(slot, seen)
 	}
-	return r.swap(k, cells, seen, z)
+	return r.swap(k, as, cells, seen, z)
 }
 
 // swap is zero past its first check. A counter read again is read before
-// the check that the change is still wanted: a value read after the
-// change was published may hold events of window k, which the swap would
-// then zero, while one read before holds none: it is window k-2's, or z,
-// or, in a change that clears both windows, z plus events observed during
-// the change (see Rate on what that case may lose).
-func (r *Rate) swap(k int64, cells []atomic.Int64, seen *[clearChunk]int64, z int64) bool {
+// the check that the change is still wanted: a value read after window as
+// was published may hold its events, which the swap would then zero,
+// while one read before holds none: it is the window's before, or z, or z
+// plus the events of a caller descheduled for an interval (see Rate).
+func (r *Rate) swap(k, as int64, cells []atomic.Int64, seen *[clearChunk]int64, z int64) bool {
 	for n := range cells {
 		for v := seen[n]; v != z && !cells[n].CompareAndSwap(v, z); {
 			v = cells[n].Load()
-			if !r.wanted(k) {
+			if !r.wanted(k, as) {
 				return false
 			}
 			if r.stallRetry != nil {

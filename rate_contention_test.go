@@ -200,7 +200,7 @@ func TestRateRetryZeroingAfterPublish(t *testing.T) {
 				}
 				r.claimed.Store(k)
 				t0, _ := r.tagFor(k&1, k)
-				r.swap(k, cells, &seen, w.blank(0, t0))
+				r.swap(k, k, cells, &seen, w.blank(0, t0))
 				if r.cur.Load() != k {
 					t.Fatalf("window %d, want %d", r.cur.Load(), k)
 				}
@@ -333,5 +333,42 @@ func stallChange(r *Rate, at func(slot int, seen *[clearChunk]int64) bool) (resu
 	return func() {
 		close(resumed)
 		<-done
+	}
+}
+
+// TestRateOverlappingChanges plays two changes of window under way at
+// once: the change to window 2 is claimed by a caller descheduled before
+// it starts; the clock reaches window 3, whose change, from window 1,
+// clears the memory of both windows 3 and 2, and its caller stalls at
+// window 2's; the first caller resumes and publishes window 2, which
+// counts an event; the second resumes. It must not clear window 2's
+// memory, now current: that event is window 3's Prev.
+func TestRateOverlappingChanges(t *testing.T) {
+	for _, mode := range allRateModes() {
+		t.Run(mode.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := mode.new(time.Second, 1, 8)
+				r.Observe("a", 1) // window 0
+				time.Sleep(time.Second)
+				r.Observe("a", 1) // window 1
+				time.Sleep(time.Second)
+				r.claimed.Store(2) // by a caller descheduled at once
+				time.Sleep(time.Second)
+				// The change to window 3 stalls in win[0], window 2's memory.
+				resume := stallChange(r, func(slot int, _ *[clearChunk]int64) bool { return slot == 0 })
+				r.flip(2) // the first caller resumes
+				if r.cur.Load() != 2 {
+					t.Fatalf("window %d, want 2", r.cur.Load())
+				}
+				// A caller that read window 2 as current and its clock in it.
+				r.observeAt(maphash.String(r.seed, "a"), 1, 2, 2500*time.Millisecond)
+				resume()
+				var c RateComponents
+				r.RateWith("a", func(rc RateComponents) float64 { c = rc; return 0 })
+				if r.cur.Load() != 3 || c.Prev < 1 {
+					t.Errorf("window %d: a counts %d in it and %d in window 2, want 1 there", r.cur.Load(), c.Curr, c.Prev)
+				}
+			})
+		})
 	}
 }

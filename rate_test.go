@@ -326,7 +326,7 @@ func TestRateLateZeroingSparesLiveCounts(t *testing.T) {
 				t.Fatalf("Rate(%s) = %v, below the 3 observed", k, before[i])
 			}
 		}
-		r.swap(2, cells, &seen, r.win[0].blank(0, r.tagOf(2)))
+		r.swap(2, 2, cells, &seen, r.win[0].blank(0, r.tagOf(2)))
 		for i, k := range keys {
 			if got := r.Rate(k); got != before[i] {
 				t.Errorf("Rate(%s) = %v after the late caller resumed, was %v", k, got, before[i])
