@@ -58,13 +58,18 @@ import (
 // tag that alternates from one clearing of the same counters to the next,
 // however many windows without an event came between: a caller
 // descheduled in the middle of the work fails its swaps when it resumes,
-// whatever the new window has counted since. Counts are lost in one case
-// only: an Observe that reads the current window and is descheduled for
+// whatever the new window has counted since. Counts are lost in two cases
+// only. An Observe that reads the current window and is descheduled for
 // longer than an interval before it counts counts into a later window, or
 // into counters being cleared, where its count may also lead a caller
 // descheduled in the middle of the clearing to clear a counter of the new
-// window that has come back to exactly that count. No count is lost
-// otherwise, after windows without an event too.
+// window that has come back to exactly that count. And when a change
+// that follows a window without an event, and so clears both windows'
+// memory, is still under way as the next window begins, a caller
+// descheduled in the middle of it may clear a counter of that next
+// window that has come back to exactly the value it read (which, in a
+// plain Rate, then reads wrong until the window ends). No count is lost
+// otherwise.
 //
 // With intervals shorter than the time it takes to clear a window, windows
 // change faster than they can be cleared and counts are only approximate; any
@@ -336,7 +341,16 @@ func (r *Rate) advance(d time.Duration) {
 			break
 		}
 	}
-	r.flip(r.claimed.Load())
+	// A change superseded while this caller took part in it leaves the
+	// work to the later one, which it then joins.
+	for f := r.claimed.Load(); ; {
+		r.flip(f)
+		g := r.claimed.Load()
+		if g == f {
+			return
+		}
+		f = g
+	}
 }
 
 // flip makes window k current: it zeroes Estimator k&1, which holds window
@@ -388,8 +402,8 @@ func (r *Rate) flip(k int64) {
 		if !r.zero(k, as, int(slot), cells, &seen, w.blank(i*clearChunk, t)) {
 			if as < k && r.wanted(k, k) {
 				// Window k-1 was published meanwhile, by the change to it
-				// that was under way: its memory is current, and the
-				// change to k clears only its own.
+				// that was under way, or a change to k+1 was claimed: the
+				// change to k leaves k-1's memory to them.
 				continue
 			}
 			return
@@ -409,12 +423,13 @@ const clearChunk = 32
 
 // wanted reports whether the change to window k still needs to clear the
 // memory of window as, k or k-1: window as has not been published, and no
-// change to k+2 or later, which would reuse the same memory, has been
-// claimed. (A change to k-1 under way as the change to k is claimed may
-// publish k-1 before the change to k has cleared its memory, and that
-// memory is then current.)
+// change to as+2 or later, which would clear the same memory for a later
+// window, has been claimed. (A change to k-1 under way as the change to
+// k is claimed may publish k-1 before the change to k has cleared its
+// memory, and that memory is then current; and a change to k+1 clears
+// k-1's memory for itself.)
 func (r *Rate) wanted(k, as int64) bool {
-	return r.cur.Load() < as && r.claimed.Load() < k+2
+	return r.cur.Load() < as && r.claimed.Load() < as+2
 }
 
 // zero sets each of cells, of win[slot], to z, its value once cleared,
