@@ -219,12 +219,7 @@ func (r *Rate) Observe(key string, n int64) int64 {
 // ObserveHash is Observe for a key hashed with Hash.
 func (r *Rate) ObserveHash(h uint64, n int64) int64 {
 	c := r.cur.Load()
-	return r.observeAt(h, n, c, r.elapsed())
-}
-
-// observeAt is ObserveHash for a caller that read the current window, c,
-// and then the clock, d after r's creation.
-func (r *Rate) observeAt(h uint64, n int64, c int64, d time.Duration) int64 {
+	d := r.elapsed()
 	// The clock is still in window c (or, read before another caller moved
 	// on, in an earlier one) unless it is a full interval past c's start;
 	// c*interval cannot overflow, as the clock once read that much.
@@ -363,13 +358,13 @@ func (r *Rate) advance(d time.Duration) {
 // again any chunk not marked done, so the change completes as soon as any
 // one caller runs through it, whoever else was descheduled half-way.
 func (r *Rate) flip(k int64) {
-	c := r.cur.Load()
-	if c >= k || r.claimed.Load() >= k+2 {
+	if !r.wanted(k, k) {
 		// Done, or superseded by a change that clears the same memory: a
 		// caller that took its tags now could give them the tag that
 		// memory already carries (see tagFor).
 		return
 	}
+	c := r.cur.Load()
 	chunks := len(r.cleared[0])
 	total := chunks
 	var tags [2]int64 // for win[k&1], and for win[(k-1)&1] if cleared too

@@ -280,12 +280,13 @@ func TestRateLateClaimAfterIdleWindow(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r := mode.new(time.Second, 1, 8)
 				r.Observe("b", 1) // window 0; window 1 sees nothing
-				time.Sleep(2 * time.Second)
-				r.claimed.Store(2) // claimed by a caller now descheduled
-				// The first caller read window 0 as current and then its
-				// clock in window 1.
-				h := maphash.String(r.seed, "a")
-				r.observeAt(h, 1, 0, 1500*time.Millisecond)
+				time.Sleep(1500 * time.Millisecond)
+				// The first caller reads window 0 as current and then its
+				// clock in window 1, just before another caller's clock
+				// reads window 2: that caller claims it, and is descheduled.
+				r.claimed.Store(2)
+				r.Observe("a", 1)
+				time.Sleep(time.Second)
 				r.flip(2) // the descheduled caller resumes
 				var c RateComponents
 				r.RateWith("a", func(rc RateComponents) float64 { c = rc; return 0 })
@@ -361,7 +362,7 @@ func TestRateOverlappingChanges(t *testing.T) {
 					t.Fatalf("window %d, want 2", r.cur.Load())
 				}
 				// A caller that read window 2 as current and its clock in it.
-				r.observeAt(maphash.String(r.seed, "a"), 1, 2, 2500*time.Millisecond)
+				countIn(r, "a", 2)
 				resume()
 				var c RateComponents
 				r.RateWith("a", func(rc RateComponents) float64 { c = rc; return 0 })
@@ -371,4 +372,15 @@ func TestRateOverlappingChanges(t *testing.T) {
 			})
 		})
 	}
+}
+
+// countIn counts an event of key in window k, as Observe does for a
+// caller that read k as the current window and its clock in k.
+func countIn(r *Rate, key string, k int64) {
+	h, w := maphash.String(r.seed, key), &r.win[k&1]
+	if r.exact {
+		w.observe(h, 1)
+		return
+	}
+	w.add(h, 1, r.tagOf(k), r.conservative)
 }
