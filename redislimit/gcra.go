@@ -292,6 +292,7 @@ func New(client redis.UniversalClient, limit int, period time.Duration, opts ...
 			keys = DefaultLeaseKeys
 		}
 		g.leases = newLeaseTable(&g.p, o.leaseSlots, keys, func() int64 { return int64(time.Since(g.base)) }, redisLeases{g})
+		g.leases.async = func(f func()) { go f() } // a lease taken ahead ends within the timeout
 	}
 	return g, nil
 }

@@ -58,8 +58,18 @@ const sweepProbes = 8
 // the key: with u the mean interval between them, a lease asks for
 // floor(D/u) slots, at most slots (and at most the burst). A key seen less
 // often is cold: each decision is one call, as without leases, and its
-// Decision is Redis's. A request of cost n is spent from the slots in hand
-// when there are n; otherwise it is a call of its own.
+// Decision is Redis's. A request of cost n is spent from the run in hand
+// when it holds n; otherwise it is a call of its own.
+//
+// A process leases ahead: once a quarter of a hot key's run is left, and
+// the run lasts at least twice as long as the call that leased it took,
+// the next run is leased on a goroutine of its own, which ends within the
+// timeout, while the requests go on spending the slots left; it is sized
+// to make the hand up to what the key's local rate would lease at once,
+// so the slots in hand never exceed a lease. So the requests for a key
+// that stays hot find slots in hand rather than wait for a call. A lease
+// ahead that fails, or that the key has not room for in full, stops the
+// leasing ahead until a lease made for a request is granted in full.
 //
 // At a key whose TAT runs less far ahead than the process needs (a key
 // with room to spare), the run starts later than the TAT: far enough ahead
@@ -193,11 +203,15 @@ type leaseTable struct {
 	maxSkip int64 // the most a lease's last slot is placed ahead of now by a skip, D/8
 	clock   func() int64
 	b       leaseBackend
-	seed    maphash.Seed
-	count   atomic.Int64 // entries
-	rtt     atomic.Int64 // how long calls take, in ns: a moving average, quicker to rise than to fall
-	stats   leaseStats
-	shards  [leaseShards]leaseShard
+	// async runs a lease call taken ahead, with the shard's lock not
+	// held: on a goroutine of its own for Redis; nil runs it at once, on
+	// the caller's goroutine (the model of the tests).
+	async  func(func())
+	seed   maphash.Seed
+	count  atomic.Int64 // entries
+	rtt    atomic.Int64 // how long calls take, in ns: a moving average, quicker to rise than to fall
+	stats  leaseStats
+	shards [leaseShards]leaseShard
 }
 
 type leaseShard struct {
@@ -226,6 +240,20 @@ type leaseEntry struct {
 	measured bool
 	used     int64      // the local clock at the latest request
 	fetch    *leaseCall // the lease call in flight, or nil
+	// full is set when the latest lease granted all the slots it asked
+	// for: the key had room, and the next run may be leased ahead.
+	full bool
+	// queued, if queued.k > 0, is a run leased ahead while slots of the
+	// run above were in hand; it becomes the run once those are spent or
+	// expired. Its slots come after the run's.
+	queued leaseRun
+}
+
+// leaseRun is a run of slots granted by one lease and not yet begun.
+type leaseRun struct {
+	base, ahead        gcra.Time
+	k                  int
+	sent, recv, srvNow int64
 }
 
 // leaseCall is a lease call in flight, that other requests for its key
@@ -254,18 +282,38 @@ func (e *leaseEntry) serverTime(now int64) time.Time {
 	return time.Unix(0, e.srvNow+now-e.recv)
 }
 
-// dropExpired drops the slots in hand whose time has passed at now.
+// dropExpired drops the slots in hand whose time has passed at now, and
+// begins the run leased ahead once the run's slots are all spent or
+// dropped.
 func (t *leaseTable) dropExpired(e *leaseEntry, now int64) {
 	lost := 0
-	for e.next <= e.end && t.deadline(e, e.next) < now {
-		e.next++
-		lost++
+	for {
+		for e.next <= e.end && t.deadline(e, e.next) < now {
+			e.next++
+			lost++
+		}
+		if e.next <= e.end || e.queued.k == 0 {
+			break
+		}
+		t.begin(e, e.queued)
+		e.queued = leaseRun{}
 	}
 	if lost > 0 {
 		t.stats.expired.Add(uint64(lost))
 		t.stats.unspent.Add(-int64(lost))
 	}
 }
+
+// begin makes r e's run of slots in hand.
+func (t *leaseTable) begin(e *leaseEntry, r leaseRun) {
+	e.sent, e.recv, e.srvNow = r.sent, r.recv, r.srvNow
+	e.ahead, e.base = r.ahead, r.base
+	e.next, e.end = 1, r.k
+}
+
+// held returns the slots e holds in hand: those left of its run and the
+// run leased ahead.
+func (e *leaseEntry) held() int { return max(e.end-e.next+1, 0) + e.queued.k }
 
 // entry returns key's entry, adding it if the table has room; nil if not.
 // The shard's lock is held.
@@ -290,8 +338,11 @@ func (t *leaseTable) sweep(s *leaseShard, now int64) bool {
 		if probes++; probes > sweepProbes {
 			break
 		}
-		if e.fetch == nil && now-e.used > t.dNS && (e.next > e.end || t.deadline(e, e.end) < now) {
-			t.dropExpired(e, now+t.dNS+1) // any slot left is past its time
+		if e.fetch != nil || now-e.used <= t.dNS {
+			continue
+		}
+		t.dropExpired(e, now) // and a run leased ahead, once its time is past too
+		if e.held() == 0 {
 			delete(s.m, k)
 			t.count.Add(-1)
 			dropped = true
@@ -320,8 +371,18 @@ func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decisi
 		t.dropExpired(e, now)
 		if e.end-e.next+1 >= n {
 			d := t.spend(e, n, now)
+			ahead := t.leaseAhead(s, e, key, now)
 			s.mu.Unlock()
+			if ahead != nil {
+				t.run(ahead)
+			}
 			return d, nil
+		}
+		if e.queued.k > 0 {
+			// The run holds fewer than n slots, and the next one is in
+			// hand: one call, as for a request the hand cannot serve.
+			s.mu.Unlock()
+			return t.b.decide(ctx, key, n)
 		}
 		if now < t.until(e, t.grant(n)) {
 			// Redis would refuse, the key's TAT being no lower than the
@@ -388,10 +449,8 @@ func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decisi
 			return t.b.failed(key, n, err)
 		}
 		t.took(recv - sent)
-		e.sent, e.recv, e.srvNow = sent, recv, r.now
-		e.ahead = r.ahead
-		e.base = t.p.Add(gcra.Time{NS: r.now}, r.ahead)
-		e.next, e.end = 1, r.k
+		t.begin(e, leaseRun{base: t.p.Add(gcra.Time{NS: r.now}, r.ahead), ahead: r.ahead, k: r.k, sent: sent, recv: recv, srvNow: r.now})
+		e.full = r.k == want
 		if r.k > 0 {
 			t.stats.leases.Add(1)
 			t.stats.slots.Add(uint64(r.k))
@@ -416,6 +475,81 @@ func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decisi
 		s.mu.Unlock()
 		return d, nil
 	}
+}
+
+// leaseAhead starts the lease of e's next run, if e's key is hot and its
+// latest lease granted all it asked for, once a quarter of e's run is
+// left and no call for the key is in flight, so that the requests to
+// come find slots in hand rather than wait for a call: it returns what
+// to run, with the shard's lock not held, or nil. The next run makes up
+// the hand to what the key's local rate would lease at once, so that the
+// slots in hand never exceed a lease. Its first slot comes as late as
+// the process takes to spend the slots left, two round trips on, within
+// the skip's bound. The shard's lock is held.
+func (t *leaseTable) leaseAhead(s *leaseShard, e *leaseEntry, key string, now int64) func() {
+	left := e.end - e.next + 1
+	if e.fetch != nil || e.queued.k > 0 || !e.full || !e.measured || 4*left > e.end {
+		return nil
+	}
+	elapsed := now - e.since
+	if elapsed <= 0 || e.count == 0 {
+		return nil
+	}
+	u := elapsed / e.count
+	if int64(e.end)*u < 2*(e.recv-e.sent) {
+		// Half the run lasts less than the call that leased it took:
+		// the hand would run out before the reply came all the same,
+		// and leasing ahead would only make leases smaller.
+		return nil
+	}
+	want := int(min(float64(t.dNS)*float64(e.count)/float64(elapsed), float64(t.slots))) - left
+	if want < 2 {
+		return nil
+	}
+	e.since, e.count = now, 0
+	skip := max(min(2*t.rtt.Load()+int64(time.Microsecond)+int64(left+want)*u, t.maxSkip)-t.p.Cost(want).NS, 0)
+	c := &leaseCall{done: make(chan struct{})}
+	e.fetch = c
+	return func() { t.fetchAhead(s, e, key, c, want, skip) }
+}
+
+// run runs f, a lease taken ahead, as t.async says.
+func (t *leaseTable) run(f func()) {
+	if t.async != nil {
+		t.async(f)
+		return
+	}
+	f()
+}
+
+// fetchAhead makes the lease call c that leaseAhead started for e, and
+// queues the run granted behind e's run. A call that fails, or a key
+// that had not room for all, stops leasing ahead until a lease made for a
+// request grants all it asked for again; requests waiting for c share its
+// failure, as they would a lease's made for a request.
+func (t *leaseTable) fetchAhead(s *leaseShard, e *leaseEntry, key string, c *leaseCall, want int, skip int64) {
+	sent := t.clock()
+	r, err := t.b.lease(context.Background(), key, want, skip)
+	recv := t.clock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e.fetch = nil
+	c.err = err
+	close(c.done)
+	if err != nil {
+		e.full = false
+		return
+	}
+	t.took(recv - sent)
+	e.full = r.k == want
+	if r.k == 0 {
+		return
+	}
+	t.stats.leases.Add(1)
+	t.stats.slots.Add(uint64(r.k))
+	t.stats.unspent.Add(int64(r.k))
+	e.queued = leaseRun{base: t.p.Add(gcra.Time{NS: r.now}, r.ahead), ahead: r.ahead, k: r.k, sent: sent, recv: recv, srvNow: r.now}
+	t.dropExpired(e, t.clock()) // begins the run if the one before is spent
 }
 
 // spend admits a request of cost n from e's slots in hand at now.
@@ -508,9 +642,9 @@ func (t *leaseTable) look(key string, n int, reason limits.Reason) (limits.Decis
 	switch {
 	case reason != limits.ReasonAllowed:
 		d.Allowed, d.Reason = false, reason
-	case n > 0 && e.end-e.next+1 < n && now < t.until(e, t.grant(n)):
+	case n > 0 && e.held() < n && now < t.until(e, t.grant(n)):
 		d.Allowed, d.Reason, d.RetryAfter = false, limits.ReasonRateLimited, time.Duration(max(t.until(e, t.grant(n))-now, 1))
-	case n > 0 && e.end-e.next+1 < n:
+	case n > 0 && e.held() < n:
 		return limits.Decision{}, false // Redis may have room: ask
 	}
 	t.stats.local.Add(1)
@@ -568,6 +702,14 @@ func (t *leaseTable) giveBackAll(ctx context.Context) (int, error) {
 		s.mu.Lock()
 		for k, e := range s.m {
 			t.dropExpired(e, now)
+			if q := e.queued; q.k > 0 {
+				// The later run first: once it is back, the run before
+				// may be top again.
+				runs = append(runs, run{k, t.p.Add(q.base, t.p.Cost(q.k)), q.k})
+				e.queued = leaseRun{}
+				t.stats.returned.Add(uint64(q.k))
+				t.stats.unspent.Add(-int64(q.k))
+			}
 			if n := e.end - e.next + 1; n > 0 {
 				runs = append(runs, run{k, t.p.Add(e.base, t.p.Cost(e.end)), n})
 				e.next = e.end + 1

@@ -226,7 +226,9 @@ func TestLeaseAllocs(t *testing.T) {
 			t.Fatalf("%+v, %v", d, err)
 		}
 	})
-	if g.Stats().Answered != calls {
+	if g.Stats().Answered > calls+1 {
+		// More than a lease taken ahead, on a goroutine of its own, whose
+		// allocations are a few of 500 runs.
 		t.Skip("the slots in hand ran out: the machine is too slow for this test") // only a call allocates
 	}
 	if allocs != 0 {

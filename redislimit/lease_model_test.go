@@ -2,6 +2,9 @@ package redislimit
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -49,6 +52,24 @@ type modelProc struct {
 	f    *modelFleet
 	skew int64
 	t    *leaseTable
+	// ahead counts the leases asked for with slots in hand; overHand the
+	// leases that could have left the hand holding more than a lease.
+	ahead, overHand int
+	pending         []func() // leases taken ahead, to run once the decision is recorded
+}
+
+// later queues a lease taken ahead, for the test to run once it has
+// recorded the decision that started it: the lease's round trip then
+// comes after the decision, as it does on a goroutine of its own.
+func (m *modelProc) later(f func()) { m.pending = append(m.pending, f) }
+
+// runPending runs the leases taken ahead since the last call.
+func (m *modelProc) runPending() {
+	for len(m.pending) > 0 {
+		f := m.pending[0]
+		m.pending = m.pending[1:]
+		f()
+	}
 }
 
 func (m *modelProc) clock() int64 { return m.f.now + m.skew }
@@ -76,6 +97,12 @@ func (m *modelProc) decide(_ context.Context, key string, n int) (limits.Decisio
 func (m *modelProc) lease(_ context.Context, key string, want int, skip int64) (leaseReply, error) {
 	f := m.f
 	f.calls++
+	if held := int(m.t.stats.unspent.Load()); held > 0 {
+		m.ahead++
+		if held+want > m.t.slots {
+			m.overHand++
+		}
+	}
 	f.now += f.rtt / 2
 	now := f.time()
 	a := f.ahead(key, now)
@@ -150,22 +177,24 @@ func ideal(p gcra.Policy, times []int64) int {
 // no more than (P+1)*slots.
 func TestLeaseModel(t *testing.T) {
 	type scenario struct {
-		name    string
-		procs   int
-		limit   int
-		period  time.Duration
-		burst   int
-		slots   int
-		gap     func(r *rand.Rand, proc int, now int64) int64 // time to a process's next request
-		steady  bool
-		rttNS   int64
-		runTime time.Duration
+		name   string
+		procs  int
+		limit  int
+		period time.Duration
+		burst  int
+		slots  int
+		gap    func(r *rand.Rand, proc int, now int64) int64 // time to a process's next request
+		steady bool
+		// wantAhead: the key has room, and leases are taken ahead.
+		wantAhead bool
+		rttNS     int64
+		runTime   time.Duration
 	}
 	const ms = int64(time.Millisecond)
 	scenarios := []scenario{
 		{name: "saturated", procs: 4, limit: 1000, period: time.Second, burst: 100, slots: 32, steady: true, rttNS: 200_000,
 			gap: func(r *rand.Rand, _ int, _ int64) int64 { return 100_000 + r.Int64N(100_000) }, runTime: 20 * time.Second},
-		{name: "below-limit", procs: 4, limit: 1000, period: time.Second, burst: 100, slots: 32, steady: true, rttNS: 200_000,
+		{name: "below-limit", procs: 4, limit: 1000, period: time.Second, burst: 100, slots: 32, steady: true, wantAhead: true, rttNS: 200_000,
 			gap: func(r *rand.Rand, _ int, _ int64) int64 { return 4*ms + r.Int64N(2*ms) }, runTime: 20 * time.Second},
 		{name: "uneven", procs: 8, limit: 1000, period: time.Second, burst: 200, slots: 64, steady: true, rttNS: 300_000,
 			gap: func(r *rand.Rand, proc int, _ int64) int64 { return int64(proc+1) * (200_000 + r.Int64N(200_000)) }, runTime: 20 * time.Second},
@@ -190,6 +219,7 @@ func TestLeaseModel(t *testing.T) {
 			for i := range procs {
 				m := &modelProc{f: f, skew: r.Int64N(1 << 40)}
 				m.t = newLeaseTable(&f.p, sc.slots, 16, m.clock, m)
+				m.t.async = m.later
 				procs[i] = m
 				next[i] = r.Int64N(ms)
 			}
@@ -224,21 +254,31 @@ func TestLeaseModel(t *testing.T) {
 					f.admit = append(f.admit, f.server())
 				}
 				decisions++
+				procs[i].runPending()
 				next[i] = f.now + sc.gap(r, i, f.now)
 			}
 			conforms(t, p, f.admit)
 			var expired, held uint64
+			ahead, overHand := 0, 0
 			for _, m := range procs {
 				s := &m.t.stats
 				expired += s.expired.Load()
 				held += uint64(s.unspent.Load())
+				ahead += m.ahead
+				overHand += m.overHand
+			}
+			if overHand > 0 {
+				t.Errorf("%d leases could have left a process more than a lease (%d slots) in hand", overHand, sc.slots)
+			}
+			if sc.wantAhead && ahead == 0 {
+				t.Error("no lease was taken ahead, with slots in hand, at a key with room")
 			}
 			want := ideal(p, requests)
 			got := len(f.admit)
 			under := want - got
 			bound := uint64((sc.procs + 1) * sc.slots)
-			t.Logf("%d decisions, %d local, %d calls (%.1f per 1000); admitted %d, one GCRA %d: under-admission %d; expired %d, in hand at the end %d; (P+1)*slots %d",
-				decisions, local, f.calls, 1000*float64(f.calls)/float64(decisions), got, want, under, expired, held, bound)
+			t.Logf("%d decisions, %d local, %d calls (%.1f per 1000, %d leases ahead); admitted %d, one GCRA %d: under-admission %d; expired %d, in hand at the end %d; (P+1)*slots %d",
+				decisions, local, f.calls, 1000*float64(f.calls)/float64(decisions), ahead, got, want, under, expired, held, bound)
 			// Beyond the slots lost and in hand, less than a lease of room
 			// may be left while processes wait for a full lease.
 			if under > 0 && uint64(under) > expired+held+uint64(sc.slots) {
@@ -304,4 +344,131 @@ func TestLeaseRefund(t *testing.T) {
 		t.Fatal("nothing spent")
 	}
 	conforms(t, p, f.admit)
+}
+
+// downProc is a modelProc whose lease calls fail once down is set, as
+// with Redis stopped.
+type downProc struct {
+	*modelProc
+	down         bool
+	failedLeases int // with slots in hand
+}
+
+var errDown = errors.New("redis is down")
+
+func (d *downProc) lease(ctx context.Context, key string, want int, skip int64) (leaseReply, error) {
+	if d.down {
+		if d.t.stats.unspent.Load() > 0 {
+			d.failedLeases++
+		}
+		return leaseReply{}, errDown
+	}
+	return d.modelProc.lease(ctx, key, want, skip)
+}
+
+func (d *downProc) decide(ctx context.Context, key string, n int) (limits.Decision, error) {
+	if d.down {
+		return limits.Decision{}, errDown
+	}
+	return d.modelProc.decide(ctx, key, n)
+}
+
+func (d *downProc) failed(_ string, n int, err error) (limits.Decision, error) {
+	return limits.Decision{Cost: n, Reason: limits.ReasonUnavailable}, err
+}
+
+// TestLeaseAheadFails checks that a lease taken ahead that fails stops
+// the leasing ahead: the slots in hand are spent with no call each, and
+// only once they are gone does a request ask Redis, and fail.
+func TestLeaseAheadFails(t *testing.T) {
+	p, _ := gcra.New(1000, time.Second, 100)
+	f := &modelFleet{p: p, rtt: 100_000, tat: map[string]gcra.Time{}}
+	d := &downProc{modelProc: &modelProc{f: f}}
+	d.t = newLeaseTable(&f.p, 32, 16, d.clock, d)
+	d.t.async = d.later
+	ctx := context.Background()
+	step := func() (limits.Decision, error) {
+		f.now += 2_000_000 // 500 a second, half the limit: the key has room
+		dec, err := d.t.take(ctx, "k", 1)
+		d.runPending()
+		return dec, err
+	}
+	for range 200 {
+		if dec, err := step(); err != nil || !dec.Allowed {
+			t.Fatalf("before Redis went down: %+v, %v", dec, err)
+		}
+	}
+	if d.ahead == 0 {
+		t.Fatal("no lease taken ahead before Redis went down")
+	}
+	d.down = true
+	allowed := 0
+	for range 200 {
+		dec, err := step()
+		if err != nil {
+			break
+		}
+		if !dec.Allowed {
+			t.Fatalf("refused with slots in hand: %+v", dec)
+		}
+		allowed++
+	}
+	if allowed == 0 {
+		t.Error("no decision from the slots in hand once Redis was down")
+	}
+	if d.failedLeases > 1 {
+		t.Errorf("%d lease calls failed while slots were in hand, want at most 1: a failed lease ahead must stop leasing ahead", d.failedLeases)
+	}
+	if d.t.stats.unspent.Load() != 0 {
+		t.Errorf("%d slots in hand when a request first failed, want 0", d.t.stats.unspent.Load())
+	}
+}
+
+// TestLeaseSweepRunAhead checks that a full lease table reclaims the
+// entry of a key that went quiet holding a run leased ahead, once that
+// run's time has passed too, and counts its slots expired.
+func TestLeaseSweepRunAhead(t *testing.T) {
+	p, _ := gcra.New(1000, time.Second, 100)
+	f := &modelFleet{p: p, rtt: 100_000, tat: map[string]gcra.Time{}}
+	m := &modelProc{f: f}
+	m.t = newLeaseTable(&f.p, 32, 1, m.clock, m)
+	m.t.async = m.later
+	ctx := context.Background()
+	entry := func(key string) *leaseEntry {
+		s := &m.t.shards[maphash.String(m.t.seed, key)%leaseShards]
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.m[key]
+	}
+	queued := false
+	for range 1000 {
+		f.now += 2_000_000
+		if _, err := m.t.take(ctx, "a", 1); err != nil {
+			t.Fatal(err)
+		}
+		m.runPending()
+		if e := entry("a"); e != nil && e.queued.k > 0 {
+			queued = true
+			break
+		}
+	}
+	if !queued {
+		t.Fatal("key a never held a run leased ahead")
+	}
+	// A new key of a's shard, where a new key makes room.
+	b := "b"
+	for i := 0; maphash.String(m.t.seed, b)%leaseShards != maphash.String(m.t.seed, "a")%leaseShards; i++ {
+		b = fmt.Sprintf("b%d", i)
+	}
+	f.now += int64(time.Second) // ten burst times: every slot of a's is past
+	if _, err := m.t.take(ctx, b, 1); err != nil {
+		t.Fatal(err)
+	}
+	if entry(b) == nil || entry("a") != nil {
+		t.Errorf("the table of one key holds a: %v, %s: %v; want %[2]s only", entry("a") != nil, b, entry(b) != nil)
+	}
+	s := &m.t.stats
+	if s.unspent.Load() != 0 || s.slots.Load() != s.spent.Load()+s.expired.Load() {
+		t.Errorf("leased %d = spent %d + expired %d + in hand %d, want nothing in hand", s.slots.Load(), s.spent.Load(), s.expired.Load(), s.unspent.Load())
+	}
 }
