@@ -147,6 +147,9 @@ func WithLeases(slots, keys int) Option {
 type LeaseStats struct {
 	// Leases counts the lease calls Redis answered with at least one slot.
 	Leases uint64
+	// Ahead counts those of them taken ahead, while the key's slots in
+	// hand were still being spent (see WithLeases).
+	Ahead uint64
 	// Slots counts the slots those leases granted.
 	Slots uint64
 	// Spent counts the slots spent by decisions made from the slots in
@@ -167,8 +170,8 @@ type LeaseStats struct {
 
 // leaseStats are the counters behind LeaseStats.
 type leaseStats struct {
-	leases, slots, spent, expired, returned, local atomic.Uint64
-	unspent                                        atomic.Int64 // slots in hand
+	leases, ahead, slots, spent, expired, returned, local atomic.Uint64
+	unspent                                               atomic.Int64 // slots in hand
 }
 
 // leaseReply is what Redis answered to a lease call.
@@ -546,6 +549,7 @@ func (t *leaseTable) fetchAhead(s *leaseShard, e *leaseEntry, key string, c *lea
 		return
 	}
 	t.stats.leases.Add(1)
+	t.stats.ahead.Add(1)
 	t.stats.slots.Add(uint64(r.k))
 	t.stats.unspent.Add(int64(r.k))
 	e.queued = leaseRun{base: t.p.Add(gcra.Time{NS: r.now}, r.ahead), ahead: r.ahead, k: r.k, sent: sent, recv: recv, srvNow: r.now}
@@ -757,7 +761,7 @@ func (g *GCRA) LeaseStats() LeaseStats {
 	}
 	c := &g.leases.stats
 	return LeaseStats{
-		Leases: c.leases.Load(), Slots: c.slots.Load(), Spent: c.spent.Load(), Expired: c.expired.Load(),
+		Leases: c.leases.Load(), Ahead: c.ahead.Load(), Slots: c.slots.Load(), Spent: c.spent.Load(), Expired: c.expired.Load(),
 		Returned: c.returned.Load(), Local: c.local.Load(), Held: uint64(max(c.unspent.Load(), 0)),
 	}
 }

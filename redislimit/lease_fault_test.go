@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -233,5 +234,42 @@ func TestLeaseAllocs(t *testing.T) {
 	}
 	if allocs != 0 {
 		t.Errorf("%v allocations a decision from the slots in hand, want 0", allocs)
+	}
+}
+
+// TestLeaseAhead decides a key hot in two goroutines, paced so that a
+// lease lasts many round trips, against a real redis-server: the next run
+// is leased ahead while slots are in hand, every request is allowed, and
+// the counters add up.
+func TestLeaseAhead(t *testing.T) {
+	srv := redistest.Start(t)
+	g := must(New(newClient(t, srv.Addr(), true), 1_000_000, time.Second, WithPrefix(freshPrefix()), WithLeases(64, 0)))
+	var wg sync.WaitGroup
+	var refused, failed atomic.Int64
+	for range 2 {
+		wg.Go(func() {
+			for range 1000 {
+				d, err := g.Allow(context.Background(), "k")
+				switch {
+				case err != nil:
+					failed.Add(1)
+				case !d.Allowed:
+					refused.Add(1)
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+		})
+	}
+	wg.Wait()
+	s := g.LeaseStats()
+	t.Logf("%+v; %d calls", s, g.Stats().Answered)
+	if failed.Load() > 0 || refused.Load() > 0 {
+		t.Errorf("%d failed, %d refused, at a key far below its limit", failed.Load(), refused.Load())
+	}
+	if s.Ahead == 0 {
+		t.Error("no lease taken ahead at a key far below its limit, hot in the process")
+	}
+	if s.Slots != s.Spent+s.Expired+s.Returned+s.Held {
+		t.Errorf("lease counters %+v do not add up", s)
 	}
 }
