@@ -273,3 +273,68 @@ func TestLeaseAhead(t *testing.T) {
 		t.Errorf("lease counters %+v do not add up", s)
 	}
 }
+
+// TestLeaseAheadRedisHung hangs Redis under a key that is being leased
+// ahead: the slots in hand are spent while the lease taken ahead hangs,
+// every one of them allowed; then a request fails within the timeout,
+// with the deadline's error, and once Redis answers again the key is
+// decided again.
+func TestLeaseAheadRedisHung(t *testing.T) {
+	srv := redistest.Start(t)
+	const timeout = 50 * time.Millisecond
+	g := must(New(newClient(t, srv.Addr(), true), 1_000_000, time.Second, WithPrefix(freshPrefix()), WithLeases(64, 0), WithTimeout(timeout)))
+	ctx := context.Background()
+	allow := func() (limits.Decision, time.Duration, error) {
+		start := time.Now()
+		d, err := g.Allow(ctx, "k")
+		took := time.Since(start)
+		time.Sleep(100 * time.Microsecond)
+		return d, took, err
+	}
+	for g.LeaseStats().Ahead < 2 {
+		if d, _, err := allow(); err != nil || !d.Allowed {
+			t.Fatalf("before Redis hung: %+v, %v", d, err)
+		}
+		if g.Stats().Answered > 200 {
+			t.Fatalf("no lease taken ahead in %d calls: %+v", g.Stats().Answered, g.LeaseStats())
+		}
+	}
+	srv.Pause()
+	served := 0
+	for {
+		d, took, err := allow()
+		if err != nil {
+			if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Redis hung, slots spent: error %v, want the deadline's", err)
+			}
+			if took > timeout+hangGuard {
+				t.Errorf("Redis hung, slots spent: the failure took %v, timeout %v", took, timeout)
+			}
+			break
+		}
+		if !d.Allowed {
+			t.Fatalf("Redis hung, %d served: refused %+v", served, d)
+		}
+		if served++; served > 1000 {
+			t.Fatal("1000 decisions with Redis hung and no failure: leases of 64 slots")
+		}
+	}
+	if served == 0 {
+		t.Error("no decision from the slots in hand once Redis hung")
+	}
+	t.Logf("%d decisions served from the slots in hand with Redis hung", served)
+	srv.Resume()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		d, _, err := allow()
+		if err == nil && d.Allowed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis answers again, the key is not decided: %+v, %v", d, err)
+		}
+	}
+	if s := g.LeaseStats(); s.Slots != s.Spent+s.Expired+s.Returned+s.Held {
+		t.Errorf("lease counters %+v do not add up", s)
+	}
+}
