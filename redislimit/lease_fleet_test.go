@@ -87,6 +87,7 @@ func TestLeaseFleet(t *testing.T) {
 	for _, g := range gs {
 		s := g.LeaseStats()
 		ls.Leases += s.Leases
+		ls.Ahead += s.Ahead
 		ls.Slots += s.Slots
 		ls.Spent += s.Spent
 		ls.Expired += s.Expired
@@ -134,8 +135,8 @@ func TestLeaseFleet(t *testing.T) {
 	ideal := int64(ideal(p, requests))
 	under := ideal - int64(len(admitted))
 	bound := int64((processes+1)*slots) + int64(ls.Expired)
-	t.Logf("%d decisions, %d admitted (one GCRA: %d): under-admission %d, bound (P+1)*slots + expired = %d; %d Redis calls (%.2f per 1000 decisions), %d leases of %d slots, %d expired, %d in hand; longest decision %v",
-		decisions, len(admitted), ideal, under, bound, calls, 1000*float64(calls)/float64(decisions), ls.Leases, ls.Slots, ls.Expired, ls.Held, time.Duration(longest))
+	t.Logf("%d decisions, %d admitted (one GCRA: %d): under-admission %d, bound (P+1)*slots + expired = %d; %d Redis calls (%.2f per 1000 decisions), %d leases (%d ahead) of %d slots, %d expired, %d in hand; longest decision %v",
+		decisions, len(admitted), ideal, under, bound, calls, 1000*float64(calls)/float64(decisions), ls.Leases, ls.Ahead, ls.Slots, ls.Expired, ls.Held, time.Duration(longest))
 	if under > bound+1 {
 		t.Errorf("under-admission %d beyond the bound %d", under, bound)
 	}
