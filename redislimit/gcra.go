@@ -208,8 +208,10 @@ func WithFallback(g *limits.GCRA) Option {
 
 // WithErrorHandler sets a function called with each error from Redis,
 // before the failure policy decides, for logging. It is called on the
-// request's goroutine and must be safe for concurrent use. The errors are
-// those AllowN returns under FailClosed.
+// request's goroutine, or for a lease taken ahead (WithLeases), whose
+// failure no request's policy decides, on that lease's own goroutine; it
+// must be safe for concurrent use. The errors are those AllowN returns
+// under FailClosed, and those of leases taken ahead.
 func WithErrorHandler(f func(error)) Option { return func(o *options) { o.onError = f } }
 
 // New returns a GCRA allowing each key limit events per period, with its

@@ -69,7 +69,8 @@ const sweepProbes = 8
 // so the slots in hand never exceed a lease. So the requests for a key
 // that stays hot find slots in hand rather than wait for a call. A lease
 // ahead that fails, or that the key has not room for in full, stops the
-// leasing ahead until a lease made for a request is granted in full.
+// leasing ahead until a lease made for a request is granted in full; its
+// error goes to the error handler (WithErrorHandler), if any.
 //
 // At a key whose TAT runs less far ahead than the process needs (a key
 // with room to spare), the run starts later than the TAT: far enough ahead
@@ -195,6 +196,9 @@ type leaseBackend interface {
 	// failed applies the failure policy to a charged request of cost n
 	// whose call failed with err.
 	failed(key string, n int, err error) (limits.Decision, error)
+	// aheadFailed reports err, the failure of a lease taken ahead, which
+	// no request's failure policy decides.
+	aheadFailed(err error)
 }
 
 // leaseTable holds the runs of slots a process holds, per key.
@@ -535,14 +539,19 @@ func (t *leaseTable) fetchAhead(s *leaseShard, e *leaseEntry, key string, c *lea
 	r, err := t.b.lease(context.Background(), key, want, skip)
 	recv := t.clock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	e.fetch = nil
 	c.err = err
-	close(c.done)
 	if err != nil {
 		e.full = false
+		s.mu.Unlock()
+		// Reported before the requests waiting for c share it, and
+		// with the lock not held, as the handler is the caller's code.
+		t.b.aheadFailed(err)
+		close(c.done)
 		return
 	}
+	defer s.mu.Unlock()
+	close(c.done)
 	t.took(recv - sent)
 	e.full = r.k == want
 	if r.k == 0 {
@@ -775,6 +784,12 @@ func (r redisLeases) decide(ctx context.Context, key string, n int) (limits.Deci
 
 func (r redisLeases) failed(key string, n int, err error) (limits.Decision, error) {
 	return r.g.failed(key, n, true, limits.ReasonAllowed, err)
+}
+
+func (r redisLeases) aheadFailed(err error) {
+	if r.g.onError != nil {
+		r.g.onError(fmt.Errorf("%w: a lease taken ahead failed: %w", ErrUnavailable, err))
+	}
 }
 
 func (r redisLeases) lease(ctx context.Context, key string, want int, skip int64) (leaseReply, error) {

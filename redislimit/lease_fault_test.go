@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -282,7 +283,16 @@ func TestLeaseAhead(t *testing.T) {
 func TestLeaseAheadRedisHung(t *testing.T) {
 	srv := redistest.Start(t)
 	const timeout = 50 * time.Millisecond
-	g := must(New(newClient(t, srv.Addr(), true), 1_000_000, time.Second, WithPrefix(freshPrefix()), WithLeases(64, 0), WithTimeout(timeout)))
+	var mu sync.Mutex
+	var aheadErrs []error
+	onError := func(err error) {
+		if strings.Contains(err.Error(), "a lease taken ahead failed") {
+			mu.Lock()
+			aheadErrs = append(aheadErrs, err)
+			mu.Unlock()
+		}
+	}
+	g := must(New(newClient(t, srv.Addr(), true), 1_000_000, time.Second, WithPrefix(freshPrefix()), WithLeases(64, 0), WithTimeout(timeout), WithErrorHandler(onError)))
 	ctx := context.Background()
 	allow := func() (limits.Decision, time.Duration, error) {
 		start := time.Now()
@@ -323,6 +333,11 @@ func TestLeaseAheadRedisHung(t *testing.T) {
 		t.Error("no decision from the slots in hand once Redis hung")
 	}
 	t.Logf("%d decisions served from the slots in hand with Redis hung", served)
+	mu.Lock()
+	if len(aheadErrs) != 1 || !errors.Is(aheadErrs[0], ErrUnavailable) || !errors.Is(aheadErrs[0], context.DeadlineExceeded) {
+		t.Errorf("the error handler saw %v for the lease taken ahead, want one error of the deadline's", aheadErrs)
+	}
+	mu.Unlock()
 	srv.Resume()
 	deadline := time.Now().Add(5 * time.Second)
 	for {

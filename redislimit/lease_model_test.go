@@ -135,6 +135,8 @@ func (m *modelProc) failed(string, int, error) (limits.Decision, error) {
 	panic("the model does not fail")
 }
 
+func (m *modelProc) aheadFailed(error) { panic("the model does not fail") }
+
 // conforms checks that the admission times, in order, make at most burst
 // + d/T + 1 admissions in any interval of length d: for i < j, (j-i)*T -
 // (t_j - t_i) <= D. T is a whole number of nanoseconds here.
@@ -352,6 +354,7 @@ type downProc struct {
 	*modelProc
 	down         bool
 	failedLeases int // with slots in hand
+	aheadErrs    int // reported by aheadFailed
 }
 
 var errDown = errors.New("redis is down")
@@ -376,6 +379,8 @@ func (d *downProc) decide(ctx context.Context, key string, n int) (limits.Decisi
 func (d *downProc) failed(_ string, n int, err error) (limits.Decision, error) {
 	return limits.Decision{Cost: n, Reason: limits.ReasonUnavailable}, err
 }
+
+func (d *downProc) aheadFailed(error) { d.aheadErrs++ }
 
 // TestLeaseAheadFails checks that a lease taken ahead that fails stops
 // the leasing ahead: the slots in hand are spent with no call each, and
@@ -416,11 +421,14 @@ func TestLeaseAheadFails(t *testing.T) {
 	if allowed == 0 {
 		t.Error("no decision from the slots in hand once Redis was down")
 	}
-	if d.failedLeases > 1 {
-		t.Errorf("%d lease calls failed while slots were in hand, want at most 1: a failed lease ahead must stop leasing ahead", d.failedLeases)
+	if d.failedLeases != 1 {
+		t.Errorf("%d lease calls failed while slots were in hand, want 1: the lease taken ahead, whose failure stops leasing ahead", d.failedLeases)
 	}
 	if d.t.stats.unspent.Load() != 0 {
 		t.Errorf("%d slots in hand when a request first failed, want 0", d.t.stats.unspent.Load())
+	}
+	if d.aheadErrs != d.failedLeases {
+		t.Errorf("%d failures of leases taken ahead reported, of %d", d.aheadErrs, d.failedLeases)
 	}
 }
 
