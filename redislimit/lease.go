@@ -311,6 +311,17 @@ func (t *leaseTable) dropExpired(e *leaseEntry, now int64) {
 	}
 }
 
+// granted counts the slots of the lease reply r, sent and received at
+// those local times, as leased and in hand, and returns their run.
+func (t *leaseTable) granted(r leaseReply, sent, recv int64) leaseRun {
+	if r.k > 0 {
+		t.stats.leases.Add(1)
+		t.stats.slots.Add(uint64(r.k))
+		t.stats.unspent.Add(int64(r.k))
+	}
+	return leaseRun{base: t.p.Add(gcra.Time{NS: r.now}, r.ahead), ahead: r.ahead, k: r.k, sent: sent, recv: recv, srvNow: r.now}
+}
+
 // begin makes r e's run of slots in hand.
 func (t *leaseTable) begin(e *leaseEntry, r leaseRun) {
 	e.sent, e.recv, e.srvNow = r.sent, r.recv, r.srvNow
@@ -456,13 +467,8 @@ func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decisi
 			return t.b.failed(key, n, err)
 		}
 		t.took(recv - sent)
-		t.begin(e, leaseRun{base: t.p.Add(gcra.Time{NS: r.now}, r.ahead), ahead: r.ahead, k: r.k, sent: sent, recv: recv, srvNow: r.now})
+		t.begin(e, t.granted(r, sent, recv))
 		e.full = r.k == want
-		if r.k > 0 {
-			t.stats.leases.Add(1)
-			t.stats.slots.Add(uint64(r.k))
-			t.stats.unspent.Add(int64(r.k))
-		}
 		now = t.clock()
 		t.dropExpired(e, now) // slots whose time passed before the reply came
 		if e.end-e.next+1 >= n {
@@ -557,11 +563,8 @@ func (t *leaseTable) fetchAhead(s *leaseShard, e *leaseEntry, key string, c *lea
 	if r.k == 0 {
 		return
 	}
-	t.stats.leases.Add(1)
 	t.stats.ahead.Add(1)
-	t.stats.slots.Add(uint64(r.k))
-	t.stats.unspent.Add(int64(r.k))
-	e.queued = leaseRun{base: t.p.Add(gcra.Time{NS: r.now}, r.ahead), ahead: r.ahead, k: r.k, sent: sent, recv: recv, srvNow: r.now}
+	e.queued = t.granted(r, sent, recv)
 	t.dropExpired(e, t.clock()) // begins the run if the one before is spent
 }
 
