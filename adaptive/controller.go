@@ -63,7 +63,8 @@ type Config struct {
 	// Window, and only once Samples requests have completed in the window,
 	// or, before the first baseline (outside probes, and if ProbeEvery is
 	// not < 0), four times the limit if the gate refused requests of a
-	// demand below the limit meanwhile; 0 means DefaultWindow.
+	// demand below the limit meanwhile (such a window ends at once, and
+	// the limit rises); 0 means DefaultWindow.
 	Window time.Duration
 	// Samples is the fewest requests a window needs to have seen complete;
 	// 0 means DefaultSamples. The baseline needs four times as many, or,
@@ -334,8 +335,16 @@ func (c *Controller) Observe(latency time.Duration, o Outcome) {
 		}
 	}
 	if closed == open {
-		if now-start >= c.window && (c.n.Load()+c.drops.Load() >= c.want.Load() || c.early.Load() && c.refusing(now-start)) {
-			c.close(now)
+		if now-start >= c.window {
+			switch {
+			case c.n.Load()+c.drops.Load() >= c.want.Load():
+				c.close(now, false)
+			case c.early.Load() && c.refusing(now-start):
+				// The limit refuses the bursts of a load it need not
+				// hold back: it rises now, not once the requests still
+				// inside have completed, while it goes on refusing.
+				c.close(now, true)
+			}
 		}
 	} else if c.complete() || now-closed >= max(c.window, closed-start, c.slowest.Load(), 2*c.longest.Load()) {
 		c.end(now)
@@ -348,10 +357,11 @@ func (c *Controller) Observe(latency time.Duration, o Outcome) {
 // refused a request since the window began, four times as many requests
 // as the limit have completed in it, and the demand so far
 // (Window.Demand) is below the limit: the limit does not hold the load
-// back, and refuses its bursts. Before it knows anything of the service,
-// a low limit, as a small service's is, refuses a share of the bursts of
-// a load well below it for a whole window otherwise, and again for each
-// doubling.
+// back, and refuses its bursts. Such a window ends as it closes, without
+// waiting for the requests still inside to complete. Before it knows
+// anything of the service, a low limit, as a small service's is, refuses
+// a share of the bursts of a load well below it for a whole window
+// otherwise, and again for each rise.
 func (c *Controller) refusing(d int64) bool {
 	gs := c.gate.Stats()
 	refused := gs.Shed + gs.TimedOut - c.refused.Load()
@@ -365,8 +375,9 @@ func (c *Controller) refusing(d int64) bool {
 }
 
 // close stops the window taking admissions at now, if no other call is
-// turning it.
-func (c *Controller) close(now int64) {
+// turning it, and ends it once the requests it admitted have completed,
+// or at once if hurry is set.
+func (c *Controller) close(now int64, hurry bool) {
 	if !c.turning.CompareAndSwap(false, true) {
 		return
 	}
@@ -379,7 +390,7 @@ func (c *Controller) close(now int64) {
 	}
 	c.mu.Unlock()
 	c.turning.Store(false)
-	if c.complete() {
+	if hurry || c.complete() {
 		c.end(now)
 	}
 }

@@ -41,6 +41,9 @@ func TestLaws(t *testing.T) {
 	// The gate refused a burst, but the load fits under the limit.
 	refused := fast(20)
 	refused.Refused, refused.Arrived, refused.steady = 1, 10, true
+	// A burst refused at a demand just under the limit (19 of 20).
+	closeRefused := fast(20)
+	closeRefused.Refused, closeRefused.Arrived, closeRefused.steady = 1, 190, true
 	// Slower, but the load fits under the limit: nothing to cut.
 	fits := window(20, 20, 1000, 6*time.Millisecond, 24*time.Millisecond, base)
 	fits.Arrived = 10
@@ -54,7 +57,9 @@ func TestLaws(t *testing.T) {
 		{"gradient without baseline holds", Gradient{}, noBase, 20, 20},
 		{"gradient idle holds", Gradient{}, fast(5), 20, 20},
 		{"gradient grows", Gradient{}, fast(20), 21.25, 21.25},
-		{"gradient doubles on a burst", Gradient{}, refused, 40, 40},
+		{"gradient rises by burstRoom on a burst", Gradient{}, refused, 20 + burstRoom, 20 + burstRoom},
+		{"gradient doubles on a burst near the limit", Gradient{}, closeRefused, 40, 40},
+		{"vegas rises by burstRoom on a burst", Vegas{}, refused, 20 + burstRoom, 20 + burstRoom},
 		{"gradient does not cut a load that fits", Gradient{}, fits, 20, 20},
 		{"gradient grows faster after rises", Gradient{}, rising, 30, 30},
 		{"gradient grows by a little near the knee", Gradient{}, nearKnee, 21, 21},
