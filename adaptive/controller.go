@@ -347,7 +347,7 @@ func (c *Controller) Observe(latency time.Duration, o Outcome) {
 			}
 		}
 	} else if c.complete() || now-closed >= max(c.window, closed-start, c.slowest.Load(), 2*c.longest.Load()) {
-		c.end(now)
+		c.end(now, true)
 	}
 }
 
@@ -390,8 +390,8 @@ func (c *Controller) close(now int64, hurry bool) {
 	}
 	c.mu.Unlock()
 	c.turning.Store(false)
-	if hurry || c.complete() {
-		c.end(now)
+	if done := c.complete(); hurry || done {
+		c.end(now, done)
 	}
 }
 
@@ -416,8 +416,11 @@ func (c *Controller) begin(now int64) {
 }
 
 // end ends the window, closed to admissions, at now, if no other call is
-// turning it, and sets the next limit.
-func (c *Controller) end(now int64) {
+// turning it, and sets the next limit. drained reports whether the window
+// waited for the requests it admitted (see close): one that did not has
+// not seen its slowest, and leaves the next window's wait for them as it
+// was.
+func (c *Controller) end(now int64, drained bool) {
 	if !c.turning.CompareAndSwap(false, true) {
 		return
 	}
@@ -452,7 +455,9 @@ func (c *Controller) end(now int64) {
 	for i := range c.hist {
 		w.hist[i] = c.hist[i].Swap(0)
 	}
-	c.slowest.Store(2 * int64(w.Quantile(1)))
+	if drained {
+		c.slowest.Store(2 * int64(w.Quantile(1)))
+	}
 	c.longest.Store(0)
 	c.windows++
 	c.total += uint64(w.Samples)
