@@ -234,21 +234,38 @@ var delayQuantiles = [...]float64{0.1, 0.25, 0.5}
 // every request waits, every one of them shifts by the wait; which reads
 // it most surely depends on the shape of latency (the low quantiles for
 // a long tail, the mean for a narrow one), and the weights pick it from
-// the windows themselves.
+// the windows themselves. The error treats the four shifts as
+// independent, which they are not (they are read from the same
+// requests): it may be up to half the true one; see delayBound.
 func delay(hi, lo *Window) (d, err float64) {
+	d, err, _ = delays(hi, lo)
+	return d, err
+}
+
+// delayBound returns delay's shift with an error that does not count on
+// the shifts being independent: their errors' mean, weighed as the shifts
+// are, which is at least the true error of the weighed shift.
+func delayBound(hi, lo *Window) (d, err float64) {
+	d, _, err = delays(hi, lo)
+	return d, err
+}
+
+// delays returns delay's shift, its error with the shifts independent,
+// and the bound on it of delayBound.
+func delays(hi, lo *Window) (d, err, bound float64) {
 	floor := 1e-3 * float64(max(lo.Mean(), 1))
-	add := func(v, e float64, sum, wsum *float64) {
+	var sum, wsum, esum float64
+	add := func(v, e float64) {
 		e = max(e, floor)
-		*sum += v / (e * e)
-		*wsum += 1 / (e * e)
+		sum += v / (e * e)
+		wsum += 1 / (e * e)
+		esum += 1 / e
 	}
-	var sum, wsum float64
-	add(float64(hi.Mean()-lo.Mean()), math.Hypot(hi.meanErr(), lo.meanErr()), &sum, &wsum)
+	add(float64(hi.Mean()-lo.Mean()), math.Hypot(hi.meanErr(), lo.meanErr()))
 	for _, q := range delayQuantiles {
-		v, e := shift(hi, lo, q)
-		add(v, e, &sum, &wsum)
+		add(shift(hi, lo, q))
 	}
-	return sum / wsum, 1 / math.Sqrt(wsum)
+	return sum / wsum, 1 / math.Sqrt(wsum), esum / wsum
 }
 
 // Above returns the number of requests that completed with Success in

@@ -95,3 +95,57 @@ func (w *Window) add(ns int64) {
 	w.sum += ns
 	w.hist[bucketOf(ns)]++
 }
+
+// TestDelayError draws pairs of windows from the same service, of n and
+// 4n requests, and compares the spread of delay's shift between them,
+// which is noise only, with the errors delay and delayBound give: the
+// first, which takes the four shifts it weighs as independent (they are
+// read from the same requests), understates it, by a third; the second
+// does not, and overstates it by less than half.
+func TestDelayError(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, dist := range []struct {
+		name string
+		draw func() int64
+	}{
+		{"exponential", func() int64 { return int64(rng.ExpFloat64() * 20e6) }},
+		{"lognormal", func() int64 { return int64(20e6 * math.Exp(0.5*rng.NormFloat64()-0.125)) }},
+		{"uniform", func() int64 { return int64(20e6 * (0.8 + 0.4*rng.Float64())) }},
+		{"bimodal", func() int64 {
+			if rng.Float64() < 0.8 {
+				return int64(20e6 * (0.4 + 0.2*rng.Float64()))
+			}
+			return int64(20e6 * (2.6 + 0.8*rng.Float64()))
+		}},
+	} {
+		for _, n := range []int{50, 200} {
+			const pairs = 1000
+			var ss, errs, bounds float64
+			for range pairs {
+				var hi, lo Window
+				for range n {
+					hi.add(dist.draw())
+				}
+				for range 4 * n {
+					lo.add(dist.draw())
+				}
+				d, e := delay(&hi, &lo)
+				d2, b := delayBound(&hi, &lo)
+				if d2 != d {
+					t.Fatalf("%s: delayBound's shift %v, delay's %v", dist.name, d2, d)
+				}
+				ss += d * d
+				errs += e
+				bounds += b
+			}
+			spread := math.Sqrt(ss / pairs)
+			e, b := errs/pairs/spread, bounds/pairs/spread
+			if e > 0.85 {
+				t.Errorf("%s, %d requests: delay's error is %.2f times the spread of its shift, want it understated", dist.name, n, e)
+			}
+			if b < 1 || b > 1.5 {
+				t.Errorf("%s, %d requests: delayBound's error is %.2f times the spread of its shift, want 1 to 1.5", dist.name, n, b)
+			}
+		}
+	}
+}
