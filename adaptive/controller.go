@@ -263,8 +263,8 @@ func New(g *limits.Gate, cfg Config) (*Controller, error) {
 	}
 	c.limit = float64(min(max(initial, c.min), c.max))
 	c.want.Store(int64(c.samples))
-	g.SetMax(int(c.limit))
 	c.begin(0)
+	g.SetMax(int(c.limit))
 	return c, nil
 }
 
@@ -560,10 +560,12 @@ func (c *Controller) end(now int64, drained bool) {
 			c.prevN = 0
 		}
 	}
+	// The next window starts before SetMax, which may hand places to
+	// requests waiting for one at once: they are the next window's.
+	c.begin(now)
 	c.gate.SetMax(c.current())
 	c.setWait(w)
 	c.record(w, probing)
-	c.begin(now)
 }
 
 // Wait returns how long Enter lets a request wait for a place in the
@@ -716,8 +718,12 @@ func (c *Controller) endProbe(now int64, w *Window) {
 		return
 	}
 	if c.probe.up {
-		if queueing(w, last) > probeTolerance || c.probe.at >= c.max {
-			if queueing(w, last) <= probeTolerance {
+		// (With the error bound, not the error: a climb stopped below the
+		// capacity by chance leaves the limit there until the next
+		// probe, one that goes a step too far costs one window.)
+		past := queueingBound(w, last) > probeTolerance
+		if past || c.probe.at >= c.max {
+			if !past {
 				c.probe.base.merge(w)
 			}
 			// The baseline gathers at the concurrency before until it
@@ -845,6 +851,17 @@ func queueing(hi, lo *Window) float64 {
 		return 0
 	}
 	d, err := delay(hi, lo)
+	return (d - 2*err) / mean
+}
+
+// queueingBound is queueing with delayBound's error, which does not
+// understate it.
+func queueingBound(hi, lo *Window) float64 {
+	mean := float64(lo.Mean())
+	if mean <= 0 || hi.Samples == 0 {
+		return 0
+	}
+	d, err := delayBound(hi, lo)
 	return (d - 2*err) / mean
 }
 

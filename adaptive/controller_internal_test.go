@@ -66,3 +66,61 @@ func TestEndWithoutDrainKeepsSlowest(t *testing.T) {
 		}
 	})
 }
+
+// fixedLaw sets the limit to itself, whatever the window.
+type fixedLaw float64
+
+func (l fixedLaw) Next(float64, *Window) float64 { return float64(l) }
+
+// TestRiseCountsHandedPlaces raises the limit of a full gate with
+// requests waiting for a place: the gate hands them the new places as the
+// limit rises, and they are the next window's, counted in the requests
+// it waits for before it ends. Counted in its completions but not in
+// those, the window would end before its slowest requests completed, and
+// read latency low.
+func TestRiseCountsHandedPlaces(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, err := limits.NewGate(2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := New(g, Config{Law: fixedLaw(5), ProbeEvery: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var held []*limits.Permit
+		for range 2 {
+			p, ok := g.TryEnter()
+			if !ok {
+				t.Fatal("gate full")
+			}
+			held = append(held, &p)
+		}
+		got := make(chan *limits.Permit, 2)
+		for range 2 { // (a gate lets as many wait as its limit)
+			go func() {
+				p, ok := g.Enter(t.Context(), time.Hour)
+				if !ok {
+					t.Error("a waiting request was refused")
+				}
+				got <- &p
+			}()
+		}
+		synctest.Wait() // both wait
+		time.Sleep(10 * time.Millisecond)
+		c.Observe(10*time.Millisecond, Success)
+		c.close(c.now(), true)
+		if l := c.Limit(); l != 5 {
+			t.Fatalf("limit %d after the window, want 5", l)
+		}
+		for range 2 {
+			held = append(held, <-got)
+		}
+		if n := g.Stats().Admitted - c.admitted.Load(); n != 2 {
+			t.Errorf("the next window counts %d requests admitted in it, want the 2 handed places as the limit rose", n)
+		}
+		for _, p := range held {
+			p.Release()
+		}
+	})
+}
