@@ -98,8 +98,9 @@ func burst(limit float64, w *Window) float64 {
 // gate was full, and the demand, Window.Demand, reached the limit): then,
 // with queueing at most half of Tolerance, the limit grows by a quarter,
 // half, then doubles for each window in a row that grew; with more than
-// Tolerance, it falls in proportion, by at most half a window; in
-// between, it holds. While the load fits under the limit, the law never
+// Tolerance plus half the reading's sampling error, it falls in
+// proportion to the queueing read less that half error, by at most half
+// a window; in between, it holds. While the load fits under the limit, the law never
 // cuts it, and raises it when the gate refused a burst anyway. Past the
 // capacity C of a service with a fixed number of workers, the wait
 // grows with the requests queued, about their number over C service
@@ -133,9 +134,10 @@ func (g Gradient) Next(limit float64, w *Window) float64 {
 	}
 	tol = max(tol, 0)
 	// The delay, as a fraction of the baseline's mean latency, and its
-	// sampling error: a window of few requests reads it less surely, and
-	// the law holds until it is sure.
-	d, e := delay(w, b)
+	// sampling error (delayBound's, which does not understate it): a
+	// window of few requests reads it less surely, and the law holds
+	// until it is sure.
+	d, e := delayBound(w, b)
 	if g.Quantile != 0 {
 		d, e = shift(w, b, g.Quantile)
 	}
@@ -148,10 +150,13 @@ func (g Gradient) Next(limit float64, w *Window) float64 {
 		return limit
 	}
 	// Past the capacity, latency grows with the limit (Little's law):
-	// move to where it would be Tolerance above the baseline, by at most
-	// half, but not below the requests in service, which a baseline read
-	// too low would otherwise cut through.
-	return max(limit*max((1+tol)/(1+queued), 0.5), min(w.serving(), limit))
+	// move to where it would be Tolerance above the baseline, reading the
+	// queueing less half its error (near the capacity, where the reading
+	// is mostly noise, a cut of its full size would walk the limit down,
+	// window after window), by at most half, but not below the requests
+	// in service, which a baseline read too low would otherwise cut
+	// through.
+	return max(limit*max((1+tol)/(1+queued-noise/2), 0.5), min(w.serving(), limit))
 }
 
 // Vegas is a law that estimates how many requests are queued, in the

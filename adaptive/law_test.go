@@ -63,7 +63,16 @@ func TestLaws(t *testing.T) {
 		{"gradient does not cut a load that fits", Gradient{}, fits, 20, 20},
 		{"gradient grows faster after rises", Gradient{}, rising, 30, 30},
 		{"gradient grows by a little near the knee", Gradient{}, nearKnee, 21, 21},
-		{"gradient falls with queueing", Gradient{}, slow, 13.5, 13.7},
+		// To where it would queue Tolerance, reading the queueing less
+		// half its error: 20 * 1.02 / (1.5 - about 0.01).
+		{"gradient falls with queueing", Gradient{}, slow, 13.65, 13.8},
+		// Queueing of a tenth read from 50 requests, 0.09 to within an
+		// error of 0.09: a cut as if 0.05 (not to 18.5, as if 0.09).
+		// Queueing of 0.095 read from 100 requests, within Tolerance plus
+		// half its error (0.07 + 0.065/2), which delay's own error, 0.033,
+		// understates.
+		{"gradient holds on a reading within its error", Gradient{Tolerance: 0.07}, window(20, 20, 100, 2*time.Millisecond, 20*time.Millisecond, base), 20, 20},
+		{"gradient cuts a noisy reading by less", Gradient{Tolerance: 0.01}, window(20, 20, 50, 2*time.Millisecond, 20*time.Millisecond, base), 19.1, 19.4},
 		{"gradient at most halves", Gradient{Tolerance: 0.01}, window(20, 20, 100, 100*time.Millisecond, 200*time.Millisecond, base), 10, 10},
 		{"gradient tolerates what it is told", Gradient{Tolerance: 0.2}, bit, 21.25, 21.25},
 		{"gradient falls past tolerance", Gradient{Tolerance: 0.01}, bit, 18, 18.7},
