@@ -607,3 +607,26 @@ func meanLimit(res *sim.Result, from time.Duration) float64 {
 	}
 	return float64(sum) / float64(max(n, 1))
 }
+
+// TestCapacityTooHighNoRise starts the limit at ten times the capacity
+// of 200, at twice the load: the gate fills while the queue builds,
+// refusing requests with a demand read below the limit from the
+// requests that completed first, before the queue, and the limit never
+// rises above where it started, from any shape of service time. (Read
+// as a light load's bursts, the second window doubled it, and the
+// queue of 4,000 took 8s to find.)
+func TestCapacityTooHighNoRise(t *testing.T) {
+	const c = 200
+	for _, dist := range sim.Dists {
+		for seed := range uint64(3) {
+			r := capRun{c: c, dist: dist, initial: 10 * c, load: 2, d: 3 * time.Second, seed: seed}
+			res, ctrl := r.run(t)
+			for _, b := range res.Buckets {
+				if b.Limit > 10*c {
+					t.Errorf("%v, seed %d: the limit rose to %d by %v, from %d; history %+v", dist, seed, b.Limit, b.End, 10*c, ctrl.Stats().History)
+					break
+				}
+			}
+		}
+	}
+}

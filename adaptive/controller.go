@@ -176,8 +176,8 @@ type Controller struct {
 	// cutN is 1: once the limit is 10% lower, latency should be too.
 	cutW Window
 	cutN int
-	// prevW is the window after which the limit began to rise, if prevN
-	// is 1.
+	// prevW is the window after which the limit began to rise, or the
+	// first window, before a baseline, if prevN is 1.
 	prevW   Window
 	prevN   int
 	arrived int // requests that came while the window was open, once closed
@@ -552,9 +552,13 @@ func (c *Controller) end(now int64, drained bool) {
 			c.held, c.heldFull = w.Limit, w.MaxInFlight >= w.Limit
 		}
 		switch {
-		case c.current() > old && !c.probe.on && c.prevN == 0:
+		case (c.current() > old || w.first) && !c.probe.on && c.prevN == 0:
 			// The reference of the latency of the windows that follow
-			// while the limit rises, before a baseline.
+			// while the limit rises, or after the first, before a
+			// baseline: a window that filled the gate with requests
+			// slower than the first's by more than their latency
+			// (see burst) is not the burst of a light load, but the
+			// queue of a limit far too high building.
 			c.prevW, c.prevN = *w, 1
 		case c.current() < old:
 			c.prevN = 0
