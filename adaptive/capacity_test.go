@@ -630,3 +630,21 @@ func TestCapacityTooHighNoRise(t *testing.T) {
 		}
 	}
 }
+
+// TestCapacityLowBaselineRises climbs from a limit of 5 before the
+// service of capacity 50, lognormal, over seeds: in one (seed 4) the
+// baseline reads 6% low, and every window at the limit of 20 the climb
+// stopped at reads queueing. The law cuts by a little, then grows by a
+// little: the limit never falls 10% below where it first called for a
+// cut, but rises 10% above it without latency rising, which tells that
+// the baseline is too low, measured again. Goodput is at least 80%.
+func TestCapacityLowBaselineRises(t *testing.T) {
+	const c = 50
+	for seed := range uint64(6) {
+		r := capRun{c: c, dist: sim.Lognormal, initial: 5, load: 2, d: 12 * time.Second, seed: seed}
+		res, ctrl := r.run(t)
+		if o := r.measure(res, 0, c); o.goodput < 0.8 {
+			t.Errorf("seed %d: %v; baseline %v; history %+v", seed, o, ctrl.Stats().Baseline, ctrl.Stats().History)
+		}
+	}
+}

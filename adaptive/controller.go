@@ -173,7 +173,8 @@ type Controller struct {
 	acc  Window
 	accN int
 	// cutW is the window after which the law began to cut the limit, if
-	// cutN is 1: once the limit is 10% lower, latency should be too.
+	// cutN is 1: once the limit is 10% lower, latency should be too, and
+	// once it is 10% higher, latency should be higher.
 	cutW Window
 	cutN int
 	// prevW is the window after which the limit began to rise, or the
@@ -480,12 +481,22 @@ func (c *Controller) end(now int64, drained bool) {
 			w.filling = !w.steady
 			w.first = true
 		}
-		// Cuts that did not lower latency mean it was not queueing: the
-		// baseline reads too low, and is measured again.
+		// Cuts that did not lower latency, or rises that did not raise
+		// it, by 10% of the limit from the window that first called for
+		// a cut, mean it was not queueing: the baseline reads too low,
+		// and is measured again. (Cuts by a little, and rises by a
+		// little, may keep the limit within 10% of that window for good.)
 		suspect := false
 		switch {
 		case c.cutN == 0:
-		case w.Limit > c.cutW.Limit || c.baseline == nil || c.cutW.Baseline != c.baseline:
+		case c.baseline == nil || c.cutW.Baseline != c.baseline:
+			c.cutN = 0
+		case float64(w.Limit) >= 1.1*float64(c.cutW.Limit) && w.steady:
+			// Past the capacity, a tenth more requests inside wait a
+			// tenth of the latency more.
+			d1, e1 := delay(&c.cutW, c.baseline)
+			d2, e2 := delay(w, c.baseline)
+			suspect = d1 > e1 && d2-d1 <= math.Hypot(e1, e2)
 			c.cutN = 0
 		case float64(w.Limit) <= 0.9*float64(c.cutW.Limit) && w.steady:
 			// (A window right after a cut still drains the queue of the
