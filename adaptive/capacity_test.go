@@ -648,3 +648,48 @@ func TestCapacityLowBaselineRises(t *testing.T) {
 		}
 	}
 }
+
+// TestCapacityRebaseOneStep runs the service of capacity 6 from ten
+// times too high, over shapes and seeds, and takes the probes after the
+// first, which, before ProbeEvery, come of a suspicion that the baseline
+// reads low (cuts that did not lower latency): each gathers its baseline
+// at half the limit, without halving again. (The window that raised the
+// suspicion, compared with the probe's first step, read the limit past
+// the capacity in 2 of 12 such probes, and the probe halved again, at
+// the cost of a second at a third of the capacity.)
+func TestCapacityRebaseOneStep(t *testing.T) {
+	const c = 6
+	later := 0
+	for _, dist := range sim.Dists {
+		for seed := range uint64(12) {
+			r := capRun{c: c, dist: dist, initial: 10 * c, load: 2, d: 20 * time.Second, seed: seed}
+			res, _ := r.run(t)
+			// The concurrencies of each probe, in order.
+			var probes [][]int
+			in := false
+			for _, b := range res.Buckets {
+				if !b.Probing {
+					in = false
+					continue
+				}
+				if !in {
+					probes = append(probes, nil)
+					in = true
+				}
+				p := &probes[len(probes)-1]
+				if len(*p) == 0 || (*p)[len(*p)-1] != b.Limit {
+					*p = append(*p, b.Limit)
+				}
+			}
+			for _, p := range probes[min(1, len(probes)):] {
+				later++
+				if len(p) > 1 {
+					t.Errorf("%v, seed %d: a probe after the first went through %v", dist, seed, p)
+				}
+			}
+		}
+	}
+	if later == 0 {
+		t.Error("no probe after the first in any run")
+	}
+}

@@ -557,6 +557,14 @@ func (c *Controller) end(now int64, drained bool) {
 		if c.probeEvery >= 0 && (c.baseline == nil || now >= c.probe.next || suspect) && steady {
 			c.startProbe(now, w)
 			c.probe.rebase = suspect
+			if suspect && c.probe.on && !c.probe.up {
+				// The baseline gathers at once at half the limit: the
+				// window that raised the suspicion was picked for reading
+				// slow, and compared with the probe's first step would
+				// read it past the capacity, and halve again, more often
+				// than it is.
+				c.probe.final = true
+			}
 		}
 		c.held = 0
 		if !c.probe.on {
