@@ -32,6 +32,19 @@ func drained(w *Window) bool {
 	return !w.steady && w.Rises == 0 && w.Knee > w.Limit
 }
 
+// atKnee reports whether limit, rounded, is at or past the limit where
+// the law last found queueing (Window.Knee), if it did. To grow past it,
+// Gradient must be about sure of no queueing, the queueing it reads plus
+// half its error at most half of Tolerance: past a capacity of C
+// requests, C+1 is a reading of noise away at small C, and a reading low
+// by chance in one window of a hundred would take the limit there. (A
+// limit held reads its windows together, more precisely each time,
+// until one is sure; a capacity that grew is found a window or two
+// later.)
+func atKnee(limit float64, w *Window) bool {
+	return w.Knee > 0 && math.Round(limit) >= float64(w.Knee)
+}
+
 // grow returns the limit after a window that calls for more: at or
 // above half the limit where queueing was last found (Window.Knee), a
 // thirty-second more, but at least one, so that a limit near the capacity
@@ -96,8 +109,10 @@ func burst(limit float64, w *Window) float64 {
 //
 // The law moves the limit only while the limit holds the load back (the
 // gate was full, and the demand, Window.Demand, reached the limit): then,
-// with queueing at most half of Tolerance, the limit grows by a quarter,
-// half, then doubles for each window in a row that grew; with more than
+// with queueing at most half of Tolerance (and, at or past the limit
+// where it last found queueing, that plus half its error), the limit
+// grows by a quarter, half, then doubles for each window in a row that
+// grew; with more than
 // Tolerance plus half the reading's sampling error, it falls in
 // proportion to the queueing read less that half error, by at most half
 // a window; in between, it holds. While the load fits under the limit, the law never
@@ -144,7 +159,7 @@ func (g Gradient) Next(limit float64, w *Window) float64 {
 	mean := float64(b.Mean())
 	queued, noise := d/mean, e/mean
 	switch {
-	case queued <= tol/2:
+	case queued <= tol/2 && (!atKnee(limit, w) || queued+noise/2 <= tol/2):
 		return grow(limit, w)
 	case queued <= tol+noise/2 || drained(w):
 		return limit

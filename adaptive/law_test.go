@@ -36,6 +36,12 @@ func TestLaws(t *testing.T) {
 	nearKnee := fast(20)
 	nearKnee.Rises, nearKnee.Knee = 3, 30
 	noBase := window(20, 20, 100, time.Millisecond, 2*time.Millisecond, nil)
+	atKneeW := window(20, 20, 50, time.Millisecond, 19*time.Millisecond, base)
+	atKneeW.Knee = 20
+	// Half a millisecond faster than the baseline, read from 5,000
+	// requests: sure of no queueing, the baseline's error included.
+	atKneeSure := window(20, 20, 5000, 500*time.Microsecond, 18500*time.Microsecond, base)
+	atKneeSure.Knee = 20
 	dropped := fast(20)
 	dropped.Dropped = 1
 	// The gate refused a burst, but the load fits under the limit.
@@ -63,6 +69,10 @@ func TestLaws(t *testing.T) {
 		{"gradient does not cut a load that fits", Gradient{}, fits, 20, 20},
 		{"gradient grows faster after rises", Gradient{}, rising, 30, 30},
 		{"gradient grows by a little near the knee", Gradient{}, nearKnee, 21, 21},
+		// No queueing read from 50 requests, to within 9% of the mean: at
+		// the knee, not sure of less than 1%.
+		{"gradient holds at the knee unless sure", Gradient{}, atKneeW, 20, 20},
+		{"gradient grows at the knee when sure", Gradient{}, atKneeSure, 21, 21},
 		// To where it would queue Tolerance, reading the queueing less
 		// half its error: 20 * 1.02 / (1.5 - about 0.01).
 		{"gradient falls with queueing", Gradient{}, slow, 13.65, 13.8},
