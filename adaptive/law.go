@@ -110,17 +110,17 @@ func burst(limit float64, w *Window) float64 {
 // The law moves the limit only while the limit holds the load back (the
 // gate was full, and the demand, Window.Demand, reached the limit): then,
 // with queueing at most half of Tolerance (and, at or past the limit
-// where it last found queueing, that plus half its error), the limit
-// grows by a quarter, half, then doubles for each window in a row that
-// grew; with more than
-// Tolerance plus half the reading's sampling error, it falls in
-// proportion to the queueing read less that half error, by at most half
-// a window; in between, it holds. While the load fits under the limit, the law never
-// cuts it, and raises it when the gate refused a burst anyway. Past the
-// capacity C of a service with a fixed number of workers, the wait
-// grows with the requests queued, about their number over C service
-// times each (Little's law), so the limit settles within one request of
-// C at small C, and within a few percent at large C (docs/CAPACITY.md).
+// where it last found queueing, that plus half its sampling error), the
+// limit grows by a quarter, half, then doubles for each window in a row
+// that grew; with more than Tolerance plus half its sampling error, it
+// falls in proportion to the queueing read less that half error, by at
+// most half; in between, it holds. While the load fits under the limit,
+// the law never cuts it, and raises it when the gate refused a burst
+// anyway. Past the capacity C of a service with a fixed number of
+// workers, the wait grows with the requests queued, about their number
+// over C service times each (Little's law), so the limit settles within
+// one request of C at small C, and within a few percent at large C
+// (docs/CAPACITY.md).
 //
 // The zero Gradient is usable: DefaultTolerance and DefaultQuantile.
 type Gradient struct {
