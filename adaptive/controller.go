@@ -80,18 +80,20 @@ type Config struct {
 	// the constraint costs nothing. It lowers the limit to half for one
 	// window; while latency there is lower than at the limit, beyond the
 	// windows' sampling error, which means the limit was past the
-	// capacity, it halves again; where it is not, it gathers 4*Samples
-	// requests for the baseline, in windows of their own, at that
-	// concurrency, or at twice it if latency was no higher there within
-	// one standard error and a concurrency past the capacity was found
-	// above, then restores the limit (no higher than that concurrency).
+	// capacity, it halves again; where it is not, it gathers Samples
+	// requests for each request at once, at most 16*Samples, for the
+	// baseline, in windows of their own, at that concurrency, or at twice
+	// it if latency was no higher there within one standard error and a
+	// concurrency past the capacity was found above, then restores the
+	// limit (no higher than that concurrency).
 	// The first time, when latency at half the limit is no lower, the
 	// limit may be too low: it doubles the limit, one window each, until
 	// latency rises, and takes the windows before as the baseline,
-	// gathering more at the concurrency before if they hold fewer than
-	// 4*Samples requests. A law's cuts that do not lower latency (by 10%
-	// of the limit) mean the baseline reads too low: it is measured again,
-	// at once. 0 means DefaultProbeEvery; < 0 never measures the baseline,
+	// gathering more at the highest concurrency whose window read no
+	// queueing if they hold fewer. A law's cuts that do not lower latency,
+	// or its rises that do not raise it (by 10% of the limit), mean the
+	// baseline reads too low: it is measured again, at once, at half the
+	// limit. 0 means DefaultProbeEvery; < 0 never measures the baseline,
 	// for a law that does not read it, such as AIMD.
 	ProbeEvery time.Duration
 	// History is how many windows Stats.History keeps; 0 means
@@ -227,6 +229,7 @@ type probe struct {
 	climbed bool
 	past    Window
 	above   int   // a concurrency found past the capacity, or 0
+	clean   int   // the highest concurrency of a climb whose windows base holds
 	next    int64 // when the next probe starts, on the Controller's clock
 }
 
@@ -700,6 +703,7 @@ func (c *Controller) startClimb(w, base *Window) {
 	if base != &c.probe.base {
 		c.probe.base = *base
 		c.probe.base.Baseline = nil
+		c.probe.clean = w.Limit
 	}
 	c.probe.at = min(2*w.Limit, c.max)
 	c.want.Store(int64(c.samples))
@@ -722,7 +726,7 @@ func (b *Window) merge(w *Window) {
 // Going down: if latency was lower there than at twice the concurrency,
 // the window before, that one was past the capacity, and the probe
 // halves again; otherwise w saw no queueing, and it starts the baseline,
-// which the probe gathers at that concurrency until it holds 4*Samples
+// which the probe gathers at that concurrency until it holds baseSamples
 // requests (a window past the capacity, even by one request, would raise
 // it; one window of few requests reads it too imprecisely for Vegas, whose
 // estimate of the requests queued is the limit times its error). The
@@ -754,13 +758,24 @@ func (c *Controller) endProbe(now int64, w *Window) {
 			// Samples each, read it imprecisely.
 			c.probe.past, c.probe.climbed = *w, true
 			c.probe.up, c.probe.final, c.probe.at = false, true, last.Limit
+			// (At the highest concurrency whose windows the baseline
+			// took: the one before may have read some queueing, short of
+			// sure.)
+			c.probe.at = c.probe.clean
 			c.gather(now)
 			return
 		}
 		// Every window below the one found queueing: keeping only those
 		// no slower than the baseline so far would keep the ones that
 		// read low by chance, and read it low.
-		c.probe.base.merge(w)
+		// Those, that is, up to the first one that read some queueing
+		// (beyond twice the error, not beyond the tolerance that tells a
+		// step past the capacity surely): more of the baseline gathers
+		// below it.
+		if c.probe.clean == last.Limit && queueing(w, last) <= 0 {
+			c.probe.base.merge(w)
+			c.probe.clean = w.Limit
+		}
 		c.startClimb(w, &c.probe.base)
 		return
 	}
@@ -801,13 +816,17 @@ func (c *Controller) endProbe(now int64, w *Window) {
 }
 
 // baseSamples returns the requests a baseline measured at concurrency at
-// needs: 4*Samples, or Samples for each request at once, if fewer. A law
+// needs: Samples for each request at once, at most 16*Samples. A law
 // reads the requests queued at the limit, about twice at, as the limit
 // times the baseline's relative error, which falls as the square root of
 // its requests: at a low concurrency, fewer read them as surely, and cost
-// less, the probe holding the throughput at half.
+// less, the probe holding the throughput at half; at a high one, more
+// take no longer. (A baseline's error is in every window until the next
+// probe: 200 requests of exponential service read it to about 5%, which
+// holds the limit a few percent off the capacity until then; 800, to
+// about 2.5%.)
 func (c *Controller) baseSamples(at int) int {
-	return c.samples * min(4, max(at, 1))
+	return c.samples * min(16, max(at, 1))
 }
 
 // gather ends the probe with the baseline it gathered, once it has

@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -121,6 +122,52 @@ func TestRiseCountsHandedPlaces(t *testing.T) {
 		}
 		for _, p := range held {
 			p.Release()
+		}
+	})
+}
+
+// TestBaselineSamplesGrowWithConcurrency measures the first baseline of
+// from a limit of 16 before a service of capacity 40: it gathers at a
+// concurrency of 16 or more, and holds Samples requests for each request
+// at once, up to 16 times Samples: its error, in every window until the
+// next probe, costs little to narrow at a high concurrency.
+func TestBaselineSamplesGrowWithConcurrency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, err := limits.NewGate(100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const samples = 10
+		c, err := New(g, Config{Initial: 16, Window: time.Millisecond, Samples: samples})
+		if err != nil {
+			t.Fatal(err)
+		}
+		end := time.Now().Add(300 * time.Millisecond)
+		var wg sync.WaitGroup
+		for i := range 60 {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * 97 * time.Microsecond)
+				for time.Now().Before(end) {
+					p, ok := g.TryEnter()
+					if !ok {
+						time.Sleep(time.Millisecond)
+						continue
+					}
+					start := time.Now()
+					time.Sleep(time.Duration(10+max(g.InFlight()-40, 0)) * time.Millisecond)
+					c.Observe(time.Since(start), Success)
+					p.Release()
+				}
+			})
+		}
+		wg.Wait()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.baseline == nil {
+			t.Fatal("no baseline after 300ms")
+		}
+		if n := c.baseline.Samples; n < 16*samples {
+			t.Errorf("the baseline holds %d requests, want 16 times Samples, %d, at least", n, 16*samples)
 		}
 	})
 }
