@@ -521,8 +521,8 @@ var halveBy = map[int]time.Duration{6: 5 * time.Second, 20: 3 * time.Second, 50:
 // the limit settles between C+Alpha and C+Beta, as documented, and in
 // every seed within C to C+Beta+3. What one seed adds to the average is
 // its baseline's error, the same in every window until the next probe:
-// about 200 requests read the median to about 4%, which moves the limit
-// by about two requests at 55 (over 24 seeds, 51.1 to 56.4).
+// 800 requests read the median to about 2%, which moves the limit by
+// about a request at 55 (over 24 seeds, 50.1 to 56.0).
 func TestCapacityVegas(t *testing.T) {
 	const c, alpha, beta, seeds = 50, 2, 4, 8
 	sum := 0.0
