@@ -887,23 +887,19 @@ const probeTolerance = 0.05
 
 // queueing returns how much slower hi's requests were than lo's (delay),
 // beyond twice the sampling error, as a fraction of lo's mean latency.
-func queueing(hi, lo *Window) float64 {
-	mean := float64(lo.Mean())
-	if mean <= 0 || hi.Samples == 0 {
-		return 0
-	}
-	d, err := delay(hi, lo)
-	return (d - 2*err) / mean
-}
+func queueing(hi, lo *Window) float64 { return queueingBy(delay, hi, lo) }
 
 // queueingBound is queueing with delayBound's error, which does not
 // understate it.
-func queueingBound(hi, lo *Window) float64 {
+func queueingBound(hi, lo *Window) float64 { return queueingBy(delayBound, hi, lo) }
+
+// queueingBy is queueing with the delay and error of f.
+func queueingBy(f func(hi, lo *Window) (d, err float64), hi, lo *Window) float64 {
 	mean := float64(lo.Mean())
 	if mean <= 0 || hi.Samples == 0 {
 		return 0
 	}
-	d, err := delayBound(hi, lo)
+	d, err := f(hi, lo)
 	return (d - 2*err) / mean
 }
 
