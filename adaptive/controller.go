@@ -753,25 +753,22 @@ func (c *Controller) endProbe(now int64, w *Window) {
 			if !past {
 				c.probe.base.merge(w)
 			}
-			// The baseline gathers at the concurrency before until it
-			// holds enough requests: the windows of the climb, of
-			// Samples each, read it imprecisely.
+			// The baseline gathers until it holds enough requests (the
+			// windows of the climb, of Samples each, read it
+			// imprecisely), at the highest concurrency whose windows it
+			// took: the step before may have read some queueing, short
+			// of sure.
 			c.probe.past, c.probe.climbed = *w, true
-			c.probe.up, c.probe.final, c.probe.at = false, true, last.Limit
-			// (At the highest concurrency whose windows the baseline
-			// took: the one before may have read some queueing, short of
-			// sure.)
-			c.probe.at = c.probe.clean
+			c.probe.up, c.probe.final, c.probe.at = false, true, c.probe.clean
 			c.gather(now)
 			return
 		}
-		// Every window below the one found queueing: keeping only those
-		// no slower than the baseline so far would keep the ones that
-		// read low by chance, and read it low.
-		// Those, that is, up to the first one that read some queueing
-		// (beyond twice the error, not beyond the tolerance that tells a
-		// step past the capacity surely): more of the baseline gathers
-		// below it.
+		// The baseline takes every window below the one found queueing
+		// (keeping only those no slower than the baseline so far would
+		// keep the ones that read low by chance, and read it low), up to
+		// the first that read some queueing, beyond twice the error but
+		// short of the tolerance that tells a step past the capacity
+		// surely: the rest of the baseline gathers below it.
 		if c.probe.clean == last.Limit && queueing(w, last) <= 0 {
 			c.probe.base.merge(w)
 			c.probe.clean = w.Limit

@@ -28,14 +28,7 @@ func TestEndWithoutDrainKeepsSlowest(t *testing.T) {
 		c.slowest.Store(before)
 
 		// Three admitted, one completed: not drained.
-		var held []*limits.Permit
-		for range 3 {
-			p, ok := g.TryEnter()
-			if !ok {
-				t.Fatal("gate full")
-			}
-			held = append(held, &p)
-		}
+		held := enter(t, g, 3)
 		time.Sleep(10 * time.Millisecond)
 		c.Observe(10*time.Millisecond, Success)
 		held[0].Release()
@@ -89,14 +82,7 @@ func TestRiseCountsHandedPlaces(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var held []*limits.Permit
-		for range 2 {
-			p, ok := g.TryEnter()
-			if !ok {
-				t.Fatal("gate full")
-			}
-			held = append(held, &p)
-		}
+		held := enter(t, g, 2)
 		got := make(chan *limits.Permit, 2)
 		for range 2 { // (a gate lets as many wait as its limit)
 			go func() {
@@ -170,4 +156,18 @@ func TestBaselineSamplesGrowWithConcurrency(t *testing.T) {
 			t.Errorf("the baseline holds %d requests, want 16 times Samples, %d, at least", n, 16*samples)
 		}
 	})
+}
+
+// enter takes n places in g, failing t if it cannot.
+func enter(t *testing.T, g *limits.Gate, n int) []*limits.Permit {
+	t.Helper()
+	held := make([]*limits.Permit, 0, n)
+	for range n {
+		p, ok := g.TryEnter()
+		if !ok {
+			t.Fatal("gate full")
+		}
+		held = append(held, &p)
+	}
+	return held
 }
