@@ -48,14 +48,17 @@ func atKnee(limit float64, w *Window) bool {
 // grow returns the limit after a window that calls for more: at or
 // above half the limit where queueing was last found (Window.Knee), a
 // thirty-second more, but at least one, so that a limit near the capacity
-// moves by about one request; below, a sixteenth more, then twice as much
-// more for each window in a row that grew, up to doubling, so that a
-// limit far too low finds the capacity in a few windows.
+// moves by about one request; otherwise (below it, with none found, or
+// past it), a thirty-second more, then twice as much more for each window
+// in a row that grew, up to doubling, so that a limit far too low finds
+// the capacity in a few windows, and one that a window read low by
+// chance took just past the knee moves on by little (by a sixteenth, a
+// limit of 200 leaves the 10% about its capacity in two windows).
 func grow(limit float64, w *Window) float64 {
 	if w.Knee > 0 && 2*limit >= float64(w.Knee) {
 		return limit + max(1, limit/32)
 	}
-	return limit + max(1, limit*math.Ldexp(1, min(w.Rises, 4)-4))
+	return limit + max(1, limit*math.Ldexp(1, min(w.Rises, 5)-5))
 }
 
 // burstRoom is the fewest places a limit that refused the bursts of a
@@ -111,8 +114,8 @@ func burst(limit float64, w *Window) float64 {
 // gate was full, and the demand, Window.Demand, reached the limit): then,
 // with queueing at most half of Tolerance (and, at or past the limit
 // where it last found queueing, that plus half its sampling error), the
-// limit grows by a quarter, half, then doubles for each window in a row
-// that grew; with more than Tolerance plus half its sampling error, it
+// limit grows (by a thirty-second, then twice as much more for each
+// window in a row that grew, up to doubling; see grow); with more than Tolerance plus half its sampling error, it
 // falls in proportion to the queueing read less that half error, by at
 // most half; in between, it holds. While the load fits under the limit,
 // the law never cuts it, and raises it when the gate refused a burst
@@ -181,7 +184,7 @@ func (g Gradient) Next(limit float64, w *Window) float64 {
 // in Gradient. The estimate is the limit times the delay's relative
 // error wide, several requests at a limit of hundreds, and the law reads
 // it less its standard error: unless sure of Alpha queued, the limit
-// grows (by a quarter, a half, then twice while it keeps growing); sure
+// grows (as Gradient's does); sure
 // of more than Beta, it falls to where Beta would wait, by at most half;
 // in between, it holds. (Cutting on every reading past Beta would walk
 // a large limit down below the capacity, one noisy window after
