@@ -693,3 +693,22 @@ func TestCapacityRebaseOneStep(t *testing.T) {
 		t.Error("no probe after the first in any run")
 	}
 }
+
+// TestCapacityRebaseAfterDrop halves the service of capacity 6 after 10s,
+// in a run where the cuts that follow raise the suspicion of a baseline
+// read low: the baseline measured again at half the limit, 4, is past
+// the new capacity, 3, and reads slower than the one before, beyond their
+// errors, so the probe gathers it lower. (Taken at 4, it held the limit
+// at 4 to 5 until 19s, the goodput at 80% of the capacity left.) The
+// limit is in band(3) within 2s of the halving, and the goodput after it
+// at least 85%.
+func TestCapacityRebaseAfterDrop(t *testing.T) {
+	const c = 6
+	r := capRun{c: c, dist: sim.Exponential, initial: c, load: 2, d: 20 * time.Second, seed: 2,
+		changes: []sim.Change{{At: 10 * time.Second, Servers: c / 2}}}
+	res, ctrl := r.run(t)
+	o := r.measure(res, 10*time.Second, c/2)
+	if s := ctrl.Stats(); o.settle < 0 || o.settle > 2*time.Second || o.goodput < 0.85 || s.Probes < 2 {
+		t.Errorf("%v; %d probes, baseline %v", o, s.Probes, s.Baseline)
+	}
+}

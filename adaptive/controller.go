@@ -93,8 +93,11 @@ type Config struct {
 	// queueing if they hold fewer. A law's cuts that do not lower latency,
 	// or its rises that do not raise it (by 10% of the limit), mean the
 	// baseline reads too low: it is measured again, at once, at half the
-	// limit. 0 means DefaultProbeEvery; < 0 never measures the baseline,
-	// for a law that does not read it, such as AIMD.
+	// limit (or at half that, and so on, if the baseline reads higher
+	// there than the one before, beyond their errors: the capacity fell
+	// below half the limit). 0 means DefaultProbeEvery; < 0 never
+	// measures the baseline, for a law that does not read it, such as
+	// AIMD.
 	ProbeEvery time.Duration
 	// History is how many windows Stats.History keeps; 0 means
 	// DefaultHistory.
@@ -836,6 +839,19 @@ func (c *Controller) gather(now int64) {
 		return
 	}
 	b := c.probe.base
+	if old := c.baseline; c.probe.rebase && old != nil && c.probe.at > c.min && queueingBound(&b, old) > probeTolerance {
+		// Measured again for reading too low, the baseline reads higher
+		// than the one before beyond both their errors, which a baseline
+		// read low by chance does not: requests queued at half the limit,
+		// as they do once the capacity falls below it, and the baseline
+		// gathers again at half that, below a concurrency found past the
+		// capacity.
+		c.probe.above = c.probe.at
+		c.probe.at = max(c.min, (c.probe.at+1)/2)
+		c.probe.base = Window{}
+		c.want.Store(int64(c.samples))
+		return
+	}
 	if !c.probe.climbed {
 		c.finishProbe(now, &b)
 		return
