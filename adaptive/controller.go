@@ -67,8 +67,9 @@ type Config struct {
 	// the limit rises); 0 means DefaultWindow.
 	Window time.Duration
 	// Samples is the fewest requests a window needs to have seen complete;
-	// 0 means DefaultSamples. The baseline needs four times as many, or,
-	// measured at a concurrency below 4, that many times as many.
+	// 0 means DefaultSamples. The baseline needs as many for each request
+	// at once at the concurrency it is measured at, at most 16 times as
+	// many.
 	Samples int
 	// ProbeEvery is how often the Controller measures the baseline, the
 	// latency of requests served without queueing, which Gradient and
