@@ -683,7 +683,7 @@ const maxHeld = 8
 // with no baseline yet and w's limit at Min already (nothing lower to
 // compare with), by climbing from w. c.mu is held.
 func (c *Controller) startProbe(now int64, w *Window) {
-	at := max(c.min, (w.Limit+1)/2)
+	at := c.half(w.Limit)
 	if at >= w.Limit {
 		if c.baseline == nil {
 			c.probes++
@@ -698,6 +698,10 @@ func (c *Controller) startProbe(now int64, w *Window) {
 	c.probe = probe{on: true, at: at, resume: c.limit, last: *w}
 	c.want.Store(int64(c.samples))
 }
+
+// half returns half the concurrency n, rounded up, at least Min: a
+// probe's next step down.
+func (c *Controller) half(n int) int { return max(c.min, (n+1)/2) }
 
 // startClimb doubles the limit from the window w, which saw no queueing,
 // as base did, the lowest of the windows gathered for the baseline. c.mu
@@ -785,7 +789,7 @@ func (c *Controller) endProbe(now int64, w *Window) {
 		// them faster.
 		c.probe.above = last.Limit
 		c.probe.last = *w
-		c.probe.at = max(c.min, (c.probe.at+1)/2)
+		c.probe.at = c.half(c.probe.at)
 		c.want.Store(int64(c.samples))
 		return
 	}
@@ -848,7 +852,7 @@ func (c *Controller) gather(now int64) {
 		// gathers again at half that, below a concurrency found past the
 		// capacity.
 		c.probe.above = c.probe.at
-		c.probe.at = max(c.min, (c.probe.at+1)/2)
+		c.probe.at = c.half(c.probe.at)
 		c.probe.base = Window{}
 		c.want.Store(int64(c.samples))
 		return

@@ -55,10 +55,11 @@ func atKnee(limit float64, w *Window) bool {
 // chance took just past the knee moves on by little (by a sixteenth, a
 // limit of 200 leaves the 10% about its capacity in two windows).
 func grow(limit float64, w *Window) float64 {
+	rises := min(w.Rises, 5)
 	if w.Knee > 0 && 2*limit >= float64(w.Knee) {
-		return limit + max(1, limit/32)
+		rises = 0
 	}
-	return limit + max(1, limit*math.Ldexp(1, min(w.Rises, 5)-5))
+	return limit + max(1, limit*math.Ldexp(1, rises-5))
 }
 
 // burstRoom is the fewest places a limit that refused the bursts of a
@@ -115,15 +116,15 @@ func burst(limit float64, w *Window) float64 {
 // with queueing at most half of Tolerance (and, at or past the limit
 // where it last found queueing, that plus half its sampling error), the
 // limit grows (by a thirty-second, then twice as much more for each
-// window in a row that grew, up to doubling; see grow); with more than Tolerance plus half its sampling error, it
-// falls in proportion to the queueing read less that half error, by at
-// most half; in between, it holds. While the load fits under the limit,
-// the law never cuts it, and raises it when the gate refused a burst
-// anyway. Past the capacity C of a service with a fixed number of
-// workers, the wait grows with the requests queued, about their number
-// over C service times each (Little's law), so the limit settles within
-// one request of C at small C, and within a few percent at large C
-// (docs/CAPACITY.md).
+// window in a row that grew, up to doubling; see grow); with more than
+// Tolerance plus half its sampling error, it falls in proportion to the
+// queueing read less that half error, by at most half; in between, it
+// holds. While the load fits under the limit, the law never cuts it, and
+// raises it when the gate refused a burst anyway. Past the capacity C of
+// a service with a fixed number of workers, the wait grows with the
+// requests queued, about their number over C service times each (Little's
+// law), so the limit settles within one request of C at small C, and
+// within a few percent at large C (docs/CAPACITY.md).
 //
 // The zero Gradient is usable: DefaultTolerance and DefaultQuantile.
 type Gradient struct {
@@ -180,18 +181,17 @@ func (g Gradient) Next(limit float64, w *Window) float64 {
 // Vegas is a law that estimates how many requests are queued, in the
 // manner of TCP Vegas: requests that wait W on average more than the
 // baseline's mean latency B, at limit N, are N*W/(B+W) of those inside
-// (Little's law), W read as the shift of a low quantile of latency, as
-// in Gradient. The estimate is the limit times the delay's relative
-// error wide, several requests at a limit of hundreds, and the law reads
-// it less its standard error: unless sure of Alpha queued, the limit
-// grows (as Gradient's does); sure
-// of more than Beta, it falls to where Beta would wait, by at most half;
-// in between, it holds. (Cutting on every reading past Beta would walk
-// a large limit down below the capacity, one noisy window after
-// another.) As Gradient, it moves the limit only while the limit holds
-// the load back. It settles between about C+Alpha and C+Beta for a
-// capacity of C requests, plus that standard error, so it suits services
-// whose capacity is large against Beta.
+// (Little's law), W read as the shift of a low quantile of latency, as in
+// Gradient. The estimate is the limit times the delay's relative error
+// wide, several requests at a limit of hundreds, and the law reads it
+// less its standard error: unless sure of Alpha queued, the limit grows
+// (as Gradient's does); sure of more than Beta, it falls to where Beta
+// would wait, by at most half; in between, it holds. (Cutting on every
+// reading past Beta would walk a large limit down below the capacity, one
+// noisy window after another.) As Gradient, it moves the limit only while
+// the limit holds the load back. It settles between about C+Alpha and
+// C+Beta for a capacity of C requests, plus that standard error, so it
+// suits services whose capacity is large against Beta.
 //
 // The zero Vegas is usable: Alpha 2, Beta 4, DefaultQuantile.
 type Vegas struct {
