@@ -408,13 +408,17 @@ func TestCapacityLightLoad(t *testing.T) {
 
 // TestCapacityLightLoadStart runs the services of capacity 2 and 6 at
 // 0.7 times their capacity from a limit of C, five seeds of each shape,
-// for 20s, start-up included: the gate refuses under 0.5% of requests on
-// average, and under 1% in every run. The limit starts at C, where
-// Erlang's loss refuses a share of the bursts of the first window, and
-// rises where the gate refuses bursts well under the limit by burstRoom
-// places at once, ending that window without waiting for the requests
-// inside (a doubling at a time, each after the window's requests have
-// completed, refused 0.64% at C = 2 on average, 1.75% at worst).
+// for 20s, start-up included: the gate refuses under 0.5% of requests in
+// every run, and under 0.25% on average. The limit starts at C, where
+// Erlang's loss refuses a share of the bursts of the first window; a
+// request may wait the mean latency for a place until that window ends,
+// and the limit rises where the gate refuses bursts under the limit by
+// burstRoom places at once, ending that window without waiting for the
+// requests inside. A wait of two places' time in the first window, and a
+// doubling where its demand read near the limit, refused up to 0.57% at
+// C = 2 and 0.70% at C = 6; a doubling at a time, each after the
+// window's requests had completed, 0.64% at C = 2 on average, 1.75% at
+// worst.
 func TestCapacityLightLoadStart(t *testing.T) {
 	for _, cc := range capacities[:2] {
 		sum, n := 0.0, 0
@@ -426,14 +430,14 @@ func TestCapacityLightLoadStart(t *testing.T) {
 				share := float64(all.Refused) / float64(max(all.Arrived, 1))
 				sum += share
 				n++
-				if share >= 0.01 {
-					t.Errorf("C=%d %v seed %d: refused %.2f%%; history %+v", cc.C, dist, seed, 100*share, ctrl.Stats().History)
+				if share >= 0.005 {
+					t.Errorf("C=%d %v seed %d: refused %.2f%%, want under 0.5%%; history %+v", cc.C, dist, seed, 100*share, ctrl.Stats().History)
 				}
 			}
 		}
 		t.Logf("C=%d: refused %.2f%% on average", cc.C, 100*sum/float64(n))
-		if mean := sum / float64(n); mean >= 0.005 {
-			t.Errorf("C=%d: refused %.2f%% on average, want under 0.5%%", cc.C, 100*mean)
+		if mean := sum / float64(n); mean >= 0.0025 {
+			t.Errorf("C=%d: refused %.2f%% on average, want under 0.25%%", cc.C, 100*mean)
 		}
 	}
 }
@@ -502,14 +506,15 @@ func TestCapacityHalves(t *testing.T) {
 var halveBy = map[int]time.Duration{6: 5 * time.Second, 20: 3 * time.Second, 50: 3 * time.Second, 200: 5 * time.Second}
 
 // TestCapacityVegas runs Vegas from a limit of 5 before the service of
-// capacity 50 with lognormal service times, over eight seeds: on average
+// capacity 50 with lognormal service times, over 24 seeds: on average
 // the limit settles between C+Alpha and C+Beta, as documented, and in
 // every seed within C to C+Beta+3. What one seed adds to the average is
 // its baseline's error, the same in every window until the next probe:
 // 800 requests read the median to about 2%, which moves the limit by
-// about a request at 55 (over 24 seeds, 50.1 to 56.0).
+// about a request at 55 (52.5 to 55.8 over these seeds, 54.0 on
+// average; eight seeds read the average to about a third of a request).
 func TestCapacityVegas(t *testing.T) {
-	const c, alpha, beta, seeds = 50, 2, 4, 8
+	const c, alpha, beta, seeds = 50, 2, 4, 24
 	sum := 0.0
 	for seed := range uint64(seeds) {
 		r := capRun{law: adaptive.Vegas{}, c: c, dist: sim.Lognormal, initial: 5, load: 2, d: 10 * time.Second, seed: seed}

@@ -615,8 +615,14 @@ func (c *Controller) end(now int64, drained bool) {
 // at most, a small part of their latency (a tenth at a limit of 20, a
 // hundredth at 200; at a limit of 2, up to the mean latency).
 //
-// Before the first window ends, it reads the mean latency of the requests
-// reported so far, and is 0 before any.
+// Before the first window ends, it is the mean latency of the requests
+// reported so far, whatever the limit, and 0 before any: a limit of a few
+// requests set before the service was measured, at its capacity, refuses
+// a share of the bursts of a load well under it otherwise, and a wait as
+// long as a request is served lets one in as the next request inside
+// completes (in one run of TestCapacityLightLoadStart, at a limit of 6
+// and 0.7 times the capacity, a wait of two places' time refused 14 of
+// the first window's requests; this one, 3 in the whole run).
 func (c *Controller) Wait() time.Duration {
 	if c.maxWait < 0 {
 		return 0
@@ -624,7 +630,7 @@ func (c *Controller) Wait() time.Duration {
 	w := time.Duration(c.wait.Load())
 	if w == 0 {
 		if n := c.n.Load(); n > 0 {
-			w = waitFor(time.Duration(c.sum.Load()/n), c.gate.Stats().Max)
+			w = time.Duration(c.sum.Load() / n)
 		}
 	}
 	if c.maxWait > 0 {

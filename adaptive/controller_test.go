@@ -396,11 +396,12 @@ func TestControllerIgnored(t *testing.T) {
 }
 
 // TestControllerWait checks the wait Enter lets a request wait for a
-// place: none before any request is reported; then twice the time in
-// which a place frees with the gate full, the mean latency over the
-// limit (here 10ms over 4), at most the mean latency (at a limit of 1);
-// capped by Config.Wait, or none with Config.Wait < 0; and that Enter
-// waits it, and no longer.
+// place: none before any request is reported; the mean latency, whatever
+// the limit, until the first window ends; then twice the time in which a
+// place frees with the gate full, the mean latency over the limit (here
+// 10ms over 4), at most the mean latency (at a limit of 1); capped by
+// Config.Wait, or none with Config.Wait < 0; and that Enter waits it, and
+// no longer.
 func TestControllerWait(t *testing.T) {
 	for _, c := range []struct {
 		limit int
@@ -417,6 +418,17 @@ func TestControllerWait(t *testing.T) {
 			ctrl := mustNew(t, g, adaptive.Config{Law: adaptive.Fixed{}, ProbeEvery: -1, Window: time.Millisecond, Samples: 40, Wait: c.cfg})
 			if got := ctrl.Wait(); got != 0 {
 				t.Fatalf("limit %d: wait %v before any request, want 0", c.limit, got)
+			}
+			p, _ := ctrl.Enter(context.Background())
+			time.Sleep(10 * time.Millisecond)
+			ctrl.Observe(10*time.Millisecond, adaptive.Success)
+			p.Release()
+			first := 10 * time.Millisecond
+			if c.cfg != 0 {
+				first = max(min(first, c.cfg), 0)
+			}
+			if got := ctrl.Wait(); got != first {
+				t.Errorf("limit %d, Config.Wait %v: wait %v in the first window, want %v", c.limit, c.cfg, got, first)
 			}
 			// c.limit callers, each serving a request of 10ms after the
 			// other, for a second.

@@ -79,10 +79,16 @@ const lightShare = 0.9
 // not hold the load back: higher if the gate refused requests anyway
 // (bursts above a load that fits, which a higher limit lets through at
 // little cost in latency), by burstRoom places or twice as high, the
-// higher, with a demand under lightShare of the limit, and twice as high
-// with one closer to it; the same otherwise, while the gate may have
-// been filling, when the demand reads low, or once requests wait as long
-// as they are served, as they do near the capacity.
+// higher, with a demand under lightShare of the limit or no baseline
+// yet, and twice as high with a demand closer to it; the same otherwise,
+// while the gate may have been filling, when the demand reads low, or
+// once requests wait as long as they are served, as they do near the
+// capacity. Before a baseline, the demand is read from the first
+// requests the service has seen, at a small limit a few dozen, and may
+// read a load well under the limit above lightShare of it (a load of 0.7
+// times the capacity, at a limit of 6, did in one run of twenty in
+// TestCapacityLightLoadStart): a doubling then leaves a limit of a few
+// requests refusing the bursts of that load for another window.
 func burst(limit float64, w *Window) float64 {
 	if w.Refused == 0 || w.MaxInFlight < w.Limit || w.filling {
 		return limit
@@ -98,7 +104,7 @@ func burst(limit float64, w *Window) float64 {
 			return limit
 		}
 	}
-	if w.Demand() < lightShare*float64(w.Limit) {
+	if w.Baseline == nil || w.Demand() < lightShare*float64(w.Limit) {
 		return max(2*limit, limit+burstRoom)
 	}
 	return 2 * limit
