@@ -14,8 +14,9 @@
 // The gate keeps its guarantees whatever the law does: never more requests
 // inside than its current maximum, a bounded wait, exact counters. A front
 // end enters the gate through the Controller, which lets a request that
-// finds it full wait the time in which two places free (Controller.Wait),
-// and tells the Controller how each admitted request went:
+// finds it full wait the time in which two places free (Controller.Wait;
+// until the first window ends, the mean latency), and tells the
+// Controller how each admitted request went:
 //
 //	var serve func() // the work the gate protects
 //	gate, _ := limits.NewGate(64)

@@ -35,7 +35,8 @@ type Config struct {
 	// QueueWait is how long a request may wait for room in the gate before
 	// it is refused; 0 refuses at once, or, with an adaptive gate (Adaptive
 	// or Controller), waits the controller's wait (adaptive.Controller.Wait:
-	// the time in which two places free, at most the mean latency; set
+	// the time in which two places free, at most the mean latency, and the
+	// mean latency until the controller's first window ends; set
 	// Adaptive.Wait < 0 for none). Keep it short: it is for bursts that
 	// clear within milliseconds, not a queue.
 	QueueWait time.Duration

@@ -125,7 +125,8 @@ func (c *Capacity) Enter(ctx context.Context, h *Held, p limits.Priority) bool {
 	case c.Wait > 0:
 		h.permit, ok = c.Gate.EnterPriority(ctx, c.Wait, p)
 	case c.Ctrl != nil:
-		// The controller's wait, two places' time (adaptive.Controller.Wait).
+		// The controller's wait, two places' time, the mean latency
+		// until its first window ends (adaptive.Controller.Wait).
 		h.permit, ok = c.Ctrl.EnterPriority(ctx, p)
 	default:
 		h.permit, ok = c.Gate.TryEnterPriority(p)
