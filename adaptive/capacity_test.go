@@ -78,8 +78,9 @@ func (r capRun) run(t testing.TB) (res *sim.Result, ctrl *adaptive.Controller) {
 	synctest.Test(tt, func(t *testing.T) {
 		g := mustGate(t, r.initial)
 		cfg := adaptive.Config{Law: r.law, Max: 10000}
-		if _, ok := r.law.(adaptive.AIMD); ok {
-			cfg.ProbeEvery = -1
+		switch r.law.(type) {
+		case adaptive.AIMD, adaptive.Fixed:
+			cfg.ProbeEvery = -1 // no baseline to measure
 		}
 		ctrl = mustNew(t, g, cfg)
 		mean := meanOf(r.c)
@@ -162,7 +163,21 @@ func TestCapacityMatrixLog(t *testing.T) {
 					for _, b := range bad {
 						fails[fmt.Sprint(b, " C=", cc.C)]++
 					}
-					t.Logf("C=%d %v from %d seed %d: %v; %d probes %v", cc.C, dist, init, seed, o, ctrl.Stats().Probes, bad)
+					fixed := ""
+					if cc.C <= 6 {
+						// A fixed gate at C, on the same requests (the
+						// arrivals and service times of a seed do not
+						// depend on the gate), measured over the same time.
+						f := r
+						f.law, f.initial = adaptive.Fixed{}, cc.C
+						fres, _ := f.run(t)
+						fo := f.measure(fres, max(o.settle, 0), cc.C)
+						fixed = fmt.Sprintf(" (a fixed gate at C: %.0f%%)", 100*fo.goodput)
+						if fo.goodput < 0.9 {
+							fails[fmt.Sprint("fixed gate's goodput C=", cc.C)]++
+						}
+					}
+					t.Logf("C=%d %v from %d seed %d: %v%s; %d probes %v", cc.C, dist, init, seed, o, fixed, ctrl.Stats().Probes, bad)
 				}
 			}
 		}
@@ -211,7 +226,7 @@ func TestCapacityOtherLog(t *testing.T) {
 	}
 }
 
-// TestCapacityTrace prints one run's windows: go test -run TestCapacityTrace -v -args -trace C,dist,initial,load,law
+// TestCapacityTrace prints one run's windows: go test -run TestCapacityTrace -v -args -trace C,dist,initial,load,law[,seed]
 func TestCapacityTrace(t *testing.T) {
 	if *traceFlag == "" {
 		t.Skip("no -trace")
@@ -228,6 +243,9 @@ func TestCapacityTrace(t *testing.T) {
 	fmt.Sscan(parts[3], &load)
 	law = parts[4]
 	r := capRun{c: c, initial: init, load: load, d: 20 * time.Second}
+	if len(parts) > 5 {
+		fmt.Sscan(parts[5], &r.seed)
+	}
 	for _, d := range sim.Dists {
 		if d.String() == dist {
 			r.dist = d
@@ -257,7 +275,7 @@ func TestCapacityTrace(t *testing.T) {
 	})
 }
 
-var traceFlag = flag.String("trace", "", "C,dist,initial,load,law for TestCapacityTrace")
+var traceFlag = flag.String("trace", "", "C,dist,initial,load,law[,seed] for TestCapacityTrace")
 
 type traceLaw struct {
 	law adaptive.Law
@@ -402,6 +420,45 @@ func TestCapacityLightLoad(t *testing.T) {
 					t.Errorf("C=%d %v from %d seed %d: refused %.2f%% of requests, %.2f%% from 5s on; history %+v", cc.C, dist, init, seed, 100*share(whole), 100*share(late), ctrl.Stats().History)
 				}
 			}
+		}
+	}
+}
+
+// TestCapacitySmallKeepsC runs the small, slow services at twice their
+// capacity, exponential and lognormal service, from ten times too low and
+// too high, twelve seeds each: at C = 2, the limit never sets the gate
+// below C outside a probe from 5s on (a cut from 2 to 1 halves what is
+// served, and needs the queueing of a request queued past a capacity of
+// 1), and at C = 6, at most 3 runs of 48 serve under 90% of the capacity
+// after settling. Before Gradient asked a cut of the gate's limit for
+// that queueing, 3 runs at C = 2 went below C, and 7 at C = 6 served
+// under 90%.
+func TestCapacitySmallKeepsC(t *testing.T) {
+	for _, c := range []int{2, 6} {
+		var low, poor []string
+		for _, dist := range []sim.Dist{sim.Exponential, sim.Lognormal} {
+			for _, init := range []int{max(c/10, 1), 10 * c} {
+				for seed := range uint64(12) {
+					r := capRun{c: c, dist: dist, initial: init, load: 2, d: 20 * time.Second, seed: seed}
+					res, _ := r.run(t)
+					name := fmt.Sprintf("%v from %d seed %d", dist, init, seed)
+					for _, b := range res.Buckets {
+						if b.End >= 5*time.Second && !b.Probing && b.Limit < c {
+							low = append(low, fmt.Sprintf("%s: limit %d at %v", name, b.Limit, b.End))
+							break
+						}
+					}
+					if o := r.measure(res, 0, c); o.goodput < 0.9 {
+						poor = append(poor, fmt.Sprintf("%s: %v", name, o))
+					}
+				}
+			}
+		}
+		if c == 2 && len(low) > 0 {
+			t.Errorf("C=2: %d runs set the gate below C:\n%s", len(low), strings.Join(low, "\n"))
+		}
+		if c == 6 && len(poor) > 3 {
+			t.Errorf("C=6: %d runs of 48 served under 90%% of the capacity, want at most 3:\n%s", len(poor), strings.Join(poor, "\n"))
 		}
 	}
 }

@@ -115,7 +115,7 @@ func burst(limit float64, w *Window) float64 {
 // which otherwise vary least: the shift of a low quantile of the window's
 // latency (DefaultQuantile) from the baseline's, the latency measured at
 // low concurrency, is the time spent queueing, read as a fraction of the
-// baseline's median latency.
+// baseline's mean latency.
 //
 // The law moves the limit only while the limit holds the load back (the
 // gate was full, and the demand, Window.Demand, reached the limit): then,
@@ -124,13 +124,15 @@ func burst(limit float64, w *Window) float64 {
 // limit grows (by a thirty-second, then twice as much more for each
 // window in a row that grew, up to doubling; see grow); with more than
 // Tolerance plus half its sampling error, it falls in proportion to the
-// queueing read less that half error, by at most half; in between, it
-// holds. While the load fits under the limit, the law never cuts it, and
-// raises it when the gate refused a burst anyway. Past the capacity C of
-// a service with a fixed number of workers, the wait grows with the
-// requests queued, about their number over C service times each (Little's
-// law), so the limit settles within one request of C at small C, and
-// within a few percent at large C (docs/CAPACITY.md).
+// queueing read less that half error, by at most half (and lowers the
+// gate's limit L only with queueing of 1/(2(L-1)) at least, half what a
+// request queued past a capacity of L-1 waits); in between, it holds.
+// While the load fits under the limit, the law never cuts it, and raises
+// it when the gate refused a burst anyway. Past the capacity C of a
+// service with a fixed number of workers, the wait grows with the
+// requests queued, about their number over C service times each
+// (Little's law), so the limit settles within one request of C at small
+// C, and within a few percent at large C (docs/CAPACITY.md).
 //
 // The zero Gradient is usable: DefaultTolerance and DefaultQuantile.
 type Gradient struct {
@@ -181,7 +183,18 @@ func (g Gradient) Next(limit float64, w *Window) float64 {
 	// window after window), by at most half, but not below the requests
 	// in service, which a baseline read too low would otherwise cut
 	// through.
-	return max(limit*max((1+tol)/(1+queued-noise/2), 0.5), min(w.serving(), limit))
+	next := max(limit*max((1+tol)/(1+queued-noise/2), 0.5), min(w.serving(), limit))
+	if l := math.Round(limit); l >= 2 && math.Round(next) < l && queued-noise/2 <= 1/(2*(l-1)) {
+		// A cut that takes the gate's limit L one lower says the capacity
+		// is L-1 at most, and past it at L a request waits whenever the
+		// gate is full, until one of the L-1 inside completes: about
+		// 1/(L-1) of the latency. Queueing read at less than half that
+		// is the noise of the window or of the baseline (at a limit of
+		// 2, the capacity of a small service, such a cut halves what it
+		// serves).
+		return limit
+	}
+	return next
 }
 
 // Vegas is a law that estimates how many requests are queued, in the

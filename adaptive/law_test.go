@@ -105,6 +105,19 @@ func TestLaws(t *testing.T) {
 			t.Errorf("%s: Next(20) = %v, want in [%v, %v]", c.name, got, c.lo, c.hi)
 		}
 	}
+	// At a limit of 2, queueing of 0.4 calls for 2*1.02/1.4, a limit of
+	// 1 rounded; one request queued past a capacity of 1 would wait
+	// about the whole latency, and a cut to 1 needs half of that: 0.8
+	// cuts.
+	for _, c := range []struct {
+		shift  time.Duration
+		lo, hi float64
+	}{{4 * time.Millisecond, 2, 2}, {8 * time.Millisecond, 1.1, 1.2}} {
+		w := window(2, 2, 1000, time.Millisecond+c.shift, 19*time.Millisecond+c.shift, base)
+		if got := (Gradient{}).Next(2, w); got < c.lo || got > c.hi {
+			t.Errorf("gradient at 2, %v later: Next(2) = %v, want in [%v, %v]", c.shift, got, c.lo, c.hi)
+		}
+	}
 	one := window(1, 1, 1000, time.Millisecond, 19*time.Millisecond, base)
 	if got := (Gradient{}).Next(1.2, one); got != 2.2 {
 		t.Errorf("gradient from 1.2 = %v, want at least one more", got)
