@@ -96,9 +96,13 @@ type Config struct {
 	// baseline reads too low: it is measured again, at once, at half the
 	// limit (or at half that, and so on, if the baseline reads higher
 	// there than the one before, beyond their errors: the capacity fell
-	// below half the limit). 0 means DefaultProbeEvery; < 0 never
-	// measures the baseline, for a law that does not read it, such as
-	// AIMD.
+	// below half the limit). A baseline read low holds a limit below a
+	// capacity that grew until it is measured again: before a service
+	// whose capacity grows (workers added, a dependency that recovers), a
+	// shorter ProbeEvery follows it sooner, at the cost of a probe's
+	// windows at half the limit (docs/CAPACITY.md, "When the capacity
+	// grows"). 0 means DefaultProbeEvery; < 0 never measures the
+	// baseline, for a law that does not read it, such as AIMD.
 	ProbeEvery time.Duration
 	// History is how many windows Stats.History keeps; 0 means
 	// DefaultHistory.

@@ -37,10 +37,11 @@ func drained(w *Window) bool {
 // Gradient must be about sure of no queueing, the queueing it reads plus
 // half its error at most half of Tolerance: past a capacity of C
 // requests, C+1 is a reading of noise away at small C, and a reading low
-// by chance in one window of a hundred would take the limit there. (A
+// by chance in one window of a hundred would take the limit there. A
 // limit held reads its windows together, more precisely each time,
-// until one is sure; a capacity that grew is found a window or two
-// later.)
+// until one is sure, but the baseline's own error stays in every
+// reading: a capacity that grew may be found only once the next probe
+// measures the baseline again (TestCapacityGrowthLog).
 func atKnee(limit float64, w *Window) bool {
 	return w.Knee > 0 && math.Round(limit) >= float64(w.Knee)
 }
