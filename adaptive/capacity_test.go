@@ -122,13 +122,7 @@ func (r capRun) measure(res *sim.Result, from time.Duration, c int) outcome {
 	s := res.Summarize(after, r.d)
 	svc := sim.Service{Servers: c, Mean: meanOf(r.c), Dist: r.dist}
 	o.p99 = float64(s.P99) / float64(svc.Unloaded(0.99, 100000, 1))
-	good := 0
-	for _, q := range res.Requests {
-		if q.Arrive >= after && q.Arrive < r.d && q.Admitted && !q.Failed {
-			good++
-		}
-	}
-	o.goodput = float64(good) / (r.d - after).Seconds() / (float64(c) / meanOf(r.c).Seconds())
+	o.goodput = r.goodputFrom(res, after, r.d, c)
 	all := res.Summarize(from, r.d)
 	o.refused = float64(all.Refused) / float64(max(all.Arrived, 1))
 	return o
