@@ -174,10 +174,10 @@ type reserve struct {
 // WithReserve(PriorityCritical, 12)), default and sheddable callers take
 // at most 48 places, and critical ones all 60. p is PriorityDefault or
 // PriorityCritical (the lowest class has nobody below it to keep places
-// from); n >= 0; and the reserves together must leave at least one place
-// for PrioritySheddable. NewGate returns an error naming the option
-// otherwise. Given twice for one class, the last one counts. There are no
-// reserves by default.
+// from); n >= 0; and the reserves add up to at most max-1, so that they
+// leave at least one place for PrioritySheddable. NewGate returns an error
+// naming the option otherwise. Given twice for one class, the last one
+// counts. There are no reserves by default.
 //
 // When SetMax moves the limit (as package adaptive does), the reserves
 // scale with it: at a limit of m, the reserve of p is n*m/max rounded to
@@ -247,8 +247,8 @@ type GateClassStats struct {
 
 // NewGate returns a Gate admitting at most max callers at once, with the
 // reserves of WithReserve, its only option. It returns an error wrapping
-// ErrInvalidLimit if max < 1, if a reserve is not valid (the error names
-// the option) or if an option does not apply to a Gate.
+// ErrInvalidLimit if max < 1, if the reserves are not valid (the error
+// names the option), or if an option does not apply to a Gate.
 func NewGate(max int, opts ...Option) (*Gate, error) {
 	if max < 1 {
 		return nil, fmt.Errorf("%w: gate size must be >= 1, got %d", ErrInvalidLimit, max)
@@ -258,7 +258,6 @@ func NewGate(max int, opts ...Option) (*Gate, error) {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidLimit, err)
 	}
 	g := &Gate{epoch: time.Now(), max0: int64(max)}
-	sum := 0
 	for _, r := range o.reserves {
 		if r.p != PriorityDefault && r.p != PriorityCritical {
 			return nil, fmt.Errorf("%w: WithReserve(%v, %d): the priority must be PriorityDefault or PriorityCritical", ErrInvalidLimit, r.p, r.n)
@@ -266,11 +265,14 @@ func NewGate(max int, opts ...Option) (*Gate, error) {
 		if r.n < 0 {
 			return nil, fmt.Errorf("%w: WithReserve(%v, %d): the places reserved must be >= 0", ErrInvalidLimit, r.p, r.n)
 		}
-		c := r.p.class()
-		sum += r.n - int(g.reserve0[c])
-		g.reserve0[c] = int64(r.n)
+		g.reserve0[r.p.class()] = int64(r.n)
 	}
-	if sum >= max {
+	// Two reserves of at most math.MaxInt each add up within a uint64.
+	var sum uint64
+	for _, n := range g.reserve0 {
+		sum += uint64(n)
+	}
+	if sum > uint64(max-1) {
 		return nil, fmt.Errorf("%w: WithReserve: %d places reserved in a gate of %d leave none for PrioritySheddable", ErrInvalidLimit, sum, max)
 	}
 	g.setMaxLocked(int64(max))
@@ -279,6 +281,9 @@ func NewGate(max int, opts ...Option) (*Gate, error) {
 
 // setMaxLocked sets the gate's size and each class's limit, scaling the
 // reserves as WithReserve documents. g.mu is held, or g is not shared yet.
+// NewGate holds the reserves to max0-1 in all, so nothing overflows for
+// any m >= 1: from m >= max0/2 the scaled reserves add up to at most m;
+// below, each is at most m.
 func (g *Gate) setMaxLocked(m int64) int64 {
 	var res [numClasses]int64
 	sum := int64(0)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -1126,4 +1127,221 @@ func TestGateClassesStorm(t *testing.T) {
 	if s.InFlight != 0 || s.Waiting != 0 || g.nwait.Load() != 0 {
 		t.Errorf("after the storm: %+v, nwait %d", s, g.nwait.Load())
 	}
+}
+
+// TestNewGateReservesPastMaxInt gives NewGate reserves that add up past
+// math.MaxInt: it refuses them, naming the option, as it refuses any that
+// leave no place for PrioritySheddable. A gate made from them would admit
+// more callers than its size, and panic in SetMax.
+func TestNewGateReservesPastMaxInt(t *testing.T) {
+	for _, c := range []struct{ crit, def int }{
+		{math.MaxInt, math.MaxInt},
+		{math.MaxInt - 5, 10},
+		{10, math.MaxInt},
+		{math.MaxInt, 1},
+	} {
+		g, err := NewGate(10, WithReserve(PriorityCritical, c.crit), WithReserve(PriorityDefault, c.def))
+		want := fmt.Sprintf("limits: invalid limit: WithReserve: %d places reserved in a gate of 10 leave none for PrioritySheddable", uint64(c.crit)+uint64(c.def))
+		if err != nil {
+			if g != nil || !errors.Is(err, ErrInvalidLimit) || err.Error() != want {
+				t.Errorf("NewGate(10, WithReserve(critical, %d), WithReserve(default, %d)) = %v, %v, want the error %q", c.crit, c.def, g, err, want)
+			}
+			continue
+		}
+		t.Errorf("NewGate(10, WithReserve(critical, %d), WithReserve(default, %d)) made a gate, want the error %q", c.crit, c.def, want)
+		admitted := 0
+		for range 20 {
+			if _, ok := g.TryEnterPriority(PrioritySheddable); ok {
+				admitted++
+			}
+		}
+		if admitted > 10 {
+			t.Errorf("that gate admits %d sheddable callers, with Max %d", admitted, g.Stats().Max)
+		}
+		if p := catchPanic(func() { g.SetMax(40) }); p != nil {
+			t.Errorf("that gate's SetMax(40) panics: %v", p)
+		}
+	}
+}
+
+// catchPanic runs f and returns what it panicked with, or nil.
+func catchPanic(f func()) (p any) {
+	defer func() { p = recover() }()
+	f()
+	return nil
+}
+
+// gateLimitsRef returns the class limits, lowest first, that WithReserve
+// documents at a limit of m for a gate made with max0 and reserves crit
+// and def, computed in big integers; and whether NewGate accepts that
+// gate: max0 >= 1, and reserves >= 0 that add up to at most max0-1.
+func gateLimitsRef(max0, crit, def, m int) (lim [3]int, ok bool) {
+	b := func(n int) *big.Int { return big.NewInt(int64(n)) }
+	sum := new(big.Int).Add(b(crit), b(def))
+	if max0 < 1 || crit < 0 || def < 0 || sum.Cmp(new(big.Int).Sub(b(max0), b(1))) > 0 {
+		return lim, false
+	}
+	// n*m/max0 rounded to the nearest place, halves up: (2*n*m + max0) /
+	// (2*max0), at least 1 while n > 0.
+	scale := func(n int) *big.Int {
+		if n == 0 {
+			return b(0)
+		}
+		q := new(big.Int).Mul(b(n), b(m))
+		q.Lsh(q, 1).Add(q, b(max0))
+		q.Quo(q, new(big.Int).Lsh(b(max0), 1))
+		if q.Sign() == 0 {
+			q.SetInt64(1)
+		}
+		return q
+	}
+	rc, rd := scale(crit), scale(def)
+	// Cut the default reserve, then the critical one, to leave a place.
+	if over := new(big.Int).Sub(new(big.Int).Add(rc, rd), b(m-1)); over.Sign() > 0 {
+		cut := new(big.Int).Set(rd)
+		if over.Cmp(rd) < 0 {
+			cut.Set(over)
+		}
+		rd = new(big.Int).Sub(rd, cut)
+		rc = new(big.Int).Sub(rc, new(big.Int).Sub(over, cut))
+	}
+	lim[2] = m
+	lim[1] = int(new(big.Int).Sub(b(m), rc).Int64())
+	lim[0] = int(new(big.Int).Sub(b(lim[1]), rd).Int64())
+	return lim, true
+}
+
+// checkGateReserves makes a gate of max0 with reserves crit and def,
+// which NewGate must accept exactly when gateLimitsRef does, and moves
+// its limit to each of ms in turn: no call panics, the class limits are
+// those WithReserve documents, and callers of the three classes in turn,
+// each trying up to a few past the limit (64 at most), are admitted
+// exactly while fewer than their class's limit are inside, and so never
+// past Max. Half the callers inside stay through each change of limit.
+func checkGateReserves(t *testing.T, max0, crit, def int, ms []int) {
+	t.Helper()
+	name := fmt.Sprintf("NewGate(%d, WithReserve(critical, %d), WithReserve(default, %d))", max0, crit, def)
+	_, valid := gateLimitsRef(max0, crit, def, max0)
+	var g *Gate
+	var err error
+	if p := catchPanic(func() { g, err = NewGate(max0, WithReserve(PriorityCritical, crit), WithReserve(PriorityDefault, def)) }); p != nil {
+		t.Fatalf("%s panics: %v", name, p)
+	}
+	switch {
+	case err != nil && valid:
+		t.Fatalf("%s = %v, want a gate", name, err)
+	case err == nil && !valid:
+		t.Errorf("%s makes a gate, want an error", name)
+	case err != nil:
+		if !errors.Is(err, ErrInvalidLimit) {
+			t.Errorf("%s = %v, want an error wrapping ErrInvalidLimit", name, err)
+		}
+		return
+	}
+	var held []*Permit
+	defer func() {
+		for _, q := range held {
+			q.Release()
+		}
+	}()
+	for i, m := range append([]int{max0}, ms...) {
+		if i > 0 {
+			if p := catchPanic(func() { g.SetMax(m) }); p != nil {
+				t.Fatalf("%s: SetMax(%d) panics: %v", name, m, p)
+			}
+		}
+		want, _ := gateLimitsRef(max0, crit, def, m)
+		if got := classLimits(g); valid && got != want {
+			t.Fatalf("%s at %d: class limits %v, want %v", name, m, got, want)
+		}
+		for j := range 3*min(m, 64) + 3 {
+			p := Priority(j%3 - 1)
+			before := g.InFlight()
+			q, ok := g.TryEnterPriority(p)
+			if valid && ok != (before < want[p+1]) {
+				t.Fatalf("%s at %d, with %d inside: %v admitted %v, want %v", name, m, before, p, ok, !ok)
+			}
+			if ok {
+				held = append(held, &q)
+			}
+			if s := g.Stats(); ok && s.InFlight > s.Max {
+				t.Fatalf("%s at %d: %d inside, past Max %d", name, m, s.InFlight, s.Max)
+			}
+		}
+		kept := held[:0]
+		for k, q := range held {
+			if k%2 == 0 {
+				q.Release()
+			} else {
+				kept = append(kept, q)
+			}
+		}
+		held = kept
+	}
+}
+
+// TestGateReservesRandom runs checkGateReserves on random gates, reserves
+// and limits, small and near math.MaxInt alike.
+func TestGateReservesRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 6))
+	size := func() int {
+		switch rng.IntN(4) {
+		case 0:
+			return 1 + rng.IntN(64)
+		case 1:
+			return math.MaxInt - rng.IntN(64)
+		case 2:
+			return 1 << rng.IntN(63)
+		}
+		return 1 + rng.IntN(math.MaxInt)
+	}
+	reserve := func(max0 int) int {
+		switch rng.IntN(7) {
+		case 0:
+			return 0
+		case 1:
+			return rng.IntN(min(max0, 64))
+		case 2:
+			return max(max0-1-rng.IntN(64), 0)
+		case 3:
+			return max0/2 + rng.IntN(3) - 1
+		case 4:
+			return math.MaxInt - rng.IntN(64)
+		case 5:
+			return -1 - rng.IntN(64)
+		}
+		return rng.IntN(math.MaxInt)
+	}
+	for range 2000 {
+		max0 := size()
+		crit, def := reserve(max0), reserve(max0)
+		ms := make([]int, 4)
+		for i := range ms {
+			ms[i] = size()
+		}
+		checkGateReserves(t, max0, crit, def, ms)
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+// FuzzGateReserves runs checkGateReserves on the gate, reserves and two
+// limits given, a limit < 1 read as its bits below the sign, or 1.
+func FuzzGateReserves(f *testing.F) {
+	f.Add(10, math.MaxInt, math.MaxInt, 40, 10)
+	f.Add(10, math.MaxInt-5, 10, 40, 1)
+	f.Add(math.MaxInt, math.MaxInt-2, 1, math.MaxInt, 2)
+	f.Add(math.MaxInt, math.MaxInt/2, math.MaxInt/2, math.MaxInt-1, 3)
+	f.Add(60, 12, 6, 1<<62, math.MaxInt)
+	f.Add(3, 1, 1, math.MaxInt, 1)
+	f.Fuzz(func(t *testing.T, max0, crit, def, m1, m2 int) {
+		ms := []int{m1, m2}
+		for i, m := range ms {
+			if m < 1 {
+				ms[i] = max(m&math.MaxInt, 1)
+			}
+		}
+		checkGateReserves(t, max0, crit, def, ms)
+	})
 }
