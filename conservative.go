@@ -15,8 +15,8 @@ func (e *Estimator) incrConservative(h uint64, delta int64) int64 {
 }
 
 // incrConservativeTo is incrConservative with counts that saturate at top
-// rather than math.MaxInt64: a Rate keeps the window's tag in the bits
-// above its counts (see window).
+// rather than math.MaxInt64: a Rate keeps the window's tag in the sign bit
+// of its counters, which under tag 1 saturate at -1 (see window).
 func (e *Estimator) incrConservativeTo(h uint64, delta, top int64) int64 {
 	if delta <= 0 {
 		return e.GetHash(h)

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"fmt"
+	"hash/maphash"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -356,5 +357,150 @@ func TestConservativeAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("conservative Incr, Get, Observe, Rate and Peek allocate %v times per run, want 0", allocs)
+	}
+}
+
+// TestConservativeRateSaturates observes counts up to math.MaxInt64 in
+// four windows of a Rate, so in both of its memories under both tags. A
+// conservative count-min Rate reads each count exactly up to
+// math.MaxInt64, and stays there, as a conservative Estimator does; the
+// default Rate, which counts exactly first, saturates sooner, and so reads
+// math.MaxInt64 throughout.
+func TestConservativeRateSaturates(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		s    Sizing
+	}{
+		{"1x1", Sizing{Hashes: 1, Slots: 1, Conservative: true}},
+		{"4x4096", Sizing{Hashes: 4, Slots: 4096, Conservative: true}},
+		{"default", Sizing{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := NewRate(time.Second, c.s)
+				bad := false // report the first window that fails only
+				for w := range 4 {
+					var sum int64
+					for _, n := range []int64{1 << 62, math.MaxInt64 - 1<<62, 1, math.MaxInt64} {
+						if n > math.MaxInt64-sum {
+							sum = math.MaxInt64
+						} else {
+							sum += n
+						}
+						got := r.Observe("a", n)
+						if got < sum || r.exact && got != math.MaxInt64 || !r.exact && got != sum {
+							t.Errorf("window %d: Observe(a, %d) = %d, true count %d", w, n, got, sum)
+							bad = true
+						}
+					}
+					if got := r.Peek("a"); got != math.MaxInt64 {
+						t.Errorf("window %d: Peek(a) = %d, want MaxInt64", w, got)
+						bad = true
+					}
+					time.Sleep(time.Second)
+					var prev int64
+					r.RateWith("a", func(c RateComponents) float64 { prev = c.Prev; return 0 })
+					if prev != math.MaxInt64 {
+						t.Errorf("window %d once completed: Prev = %d, want MaxInt64", w, prev)
+						bad = true
+					}
+					if bad {
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestConservativeRateNearTopAgainstReference observes random counts near
+// the top of the range for a few keys in small conservative Rates, where
+// keys share counters, through six windows, against a reference: a
+// conservative sketch over the same placement of keys, in counters that
+// saturate at math.MaxInt64. Every estimate is the reference's, and never
+// below the key's true count, saturated.
+func TestConservativeRateNearTopAgainstReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 62))
+	keys := []string{"a", "b", "c", "d", "e", "f"}
+	addSat := func(a, b int64) int64 {
+		if b > math.MaxInt64-a {
+			return math.MaxInt64
+		}
+		return a + b
+	}
+	for _, dims := range [][2]int{{1, 1}, {2, 3}, {3, 4}, {4, 64}} {
+		t.Run(fmt.Sprintf("%dx%d", dims[0], dims[1]), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := NewRate(time.Second, Sizing{Hashes: dims[0], Slots: dims[1], Conservative: true})
+				type ref struct {
+					cells map[uint64]int64 // the reference's counters, by index
+					truth map[string]int64
+				}
+				// The cells of key k in window w, placed as the Rate places them.
+				cellsOf := func(w int64, k string) []uint64 {
+					e := r.win[w&1].sketch
+					h := maphash.String(r.seed, k)
+					var idx []uint64
+					for _, row := range e.rows {
+						idx = append(idx, e.cell(row, h))
+					}
+					return idx
+				}
+				estimate := func(m ref, w int64, k string) int64 {
+					est := int64(math.MaxInt64)
+					for _, i := range cellsOf(w, k) {
+						est = min(est, m.cells[i])
+					}
+					return est
+				}
+				var prev ref
+				for w := range int64(6) {
+					cur := ref{map[uint64]int64{}, map[string]int64{}}
+					for range 200 {
+						k := keys[rng.IntN(len(keys))]
+						var n int64
+						switch rng.IntN(6) {
+						case 0:
+							n = rng.Int64N(1000)
+						case 1:
+							n = 1<<62 - rng.Int64N(1000)
+						case 2:
+							n = math.MaxInt64 - estimate(cur, w, k) - 500 + rng.Int64N(1000)
+						case 3:
+							n = math.MaxInt64 - rng.Int64N(1000)
+						default:
+							n = rng.Int64N(math.MaxInt64 / 4)
+						}
+						want := estimate(cur, w, k)
+						if n > 0 {
+							// Conservative update: raise the key's cells below its new
+							// estimate to it.
+							want = addSat(want, n)
+							for _, i := range cellsOf(w, k) {
+								cur.cells[i] = max(cur.cells[i], want)
+							}
+							cur.truth[k] = addSat(cur.truth[k], n)
+						}
+						if got := r.Observe(k, n); got != want || got < cur.truth[k] {
+							t.Fatalf("window %d: Observe(%s, %d) = %d, want %d (true count %d)", w, k, n, got, want, cur.truth[k])
+						}
+					}
+					for _, k := range keys {
+						var c RateComponents
+						r.RateWith(k, func(rc RateComponents) float64 { c = rc; return 0 })
+						if want := estimate(cur, w, k); c.Curr != want {
+							t.Errorf("window %d: Curr of %s = %d, want %d", w, k, c.Curr, want)
+						}
+						if w > 0 {
+							if want := estimate(prev, w-1, k); c.Prev != want {
+								t.Errorf("window %d: Prev of %s = %d, want %d", w, k, c.Prev, want)
+							}
+						}
+					}
+					prev = cur
+					time.Sleep(time.Second)
+				}
+			})
+		})
 	}
 }

@@ -87,6 +87,15 @@ import (
 // plain update in a crowded sketch and far less in a roomy one, but cannot
 // take events back: a Rate that counts exactly first, or is conservative,
 // records nothing for n <= 0.
+//
+// Counts saturate in a Rate that counts exactly first or is conservative:
+// a key whose count its window cannot hold reads math.MaxInt64, never
+// less than its true count. A conservative count-min window holds counts
+// up to math.MaxInt64, as a conservative Estimator does; one that counts
+// exactly first, about 2^31 a key. A plain Rate's counts wrap past
+// math.MaxInt64, as a plain Estimator's do, and a key that shares a
+// counter holding more than 2^62 events may read that counter's count
+// rather than its smallest.
 type Rate struct {
 	interval     time.Duration
 	start        time.Time
@@ -170,8 +179,8 @@ func NewRate(interval time.Duration, opts ...Option) *Rate {
 	}
 	lines, hashes, slots := o.sizing.rateSize()
 	r := &Rate{interval: interval, seed: maphash.MakeSeed(), exact: lines > 0, conservative: o.sizing.Conservative || lines > 0}
-	r.win[0] = newWindow(lines, hashes, slots, r.seed)
-	r.win[1] = newWindow(lines, hashes, slots, r.seed)
+	r.win[0] = newWindow(lines, hashes, slots, r.conservative, r.seed)
+	r.win[1] = newWindow(lines, hashes, slots, r.conservative, r.seed)
 	// Window 0 counts in win[0], cleared with tag 0 as made; its Prev,
 	// window -1, is win[1], cleared with tag 1.
 	r.win[1].fill(1)

@@ -57,7 +57,8 @@ import (
 //
 // Every counter of a window carries a tag in a bit above its count: bit
 // 15 of each entry, bit 31 of each 32-bit counter of the sketch next to a
-// table, bit 62 of a counter of an Estimator. Each clearing of a window's
+// table, bit 63 of a counter of a conservative Estimator, whose counts are
+// never negative, and bit 62 of a plain one's. Each clearing of a window's
 // memory for a new window sets the other tag than the clearing before
 // (Rate.tagFor), so a counter of the live window never holds a value a
 // caller clearing it read from the window it held before, be it window
@@ -77,6 +78,7 @@ type window struct {
 	cols   uint64 // counters a row
 	seeds  [2]uint64
 	sketch *Estimator
+	tagBit uint // the bit of sketch's counters that holds the tag
 }
 
 const (
@@ -96,22 +98,27 @@ const (
 	// table.
 	tableRows = 4
 
-	// sketchTag is the tag bit of a counter of an Estimator under a Rate
-	// without a table, and sketchMax the largest count it holds: a
-	// conservative sketch saturates there, a plain one wraps as an
-	// Estimator does.
-	sketchTag = 1 << 62
-	sketchMax = sketchTag - 1
+	// The tag bits of a counter of an Estimator under a Rate without a
+	// table. A conservative one's counts are never negative: its tag
+	// takes the sign bit, and counts saturate at math.MaxInt64 under it,
+	// as in a conservative Estimator. A plain one's counter is its tag
+	// plus its count, which wraps as an Estimator's does.
+	conservativeTagBit = 63
+	plainTagBit        = 62
 )
 
 // newWindow returns the memory of one window: a table of the given number
 // of lines followed by a tableRows x slots sketch of 32-bit counters (hashes
-// must then be tableRows), or, with no lines, a hashes x slots Estimator;
-// keys are hashed with seed.
-func newWindow(lines, hashes, slots int, seed maphash.Seed) window {
+// must then be tableRows), or, with no lines, a hashes x slots Estimator,
+// conservative or plain; keys are hashed with seed.
+func newWindow(lines, hashes, slots int, conservative bool, seed maphash.Seed) window {
 	if lines == 0 {
 		e := newEstimator(hashes, slots, seed)
-		return window{cells: e.cells, sketch: e}
+		w := window{cells: e.cells, sketch: e, tagBit: plainTagBit}
+		if conservative {
+			w.tagBit = conservativeTagBit
+		}
+		return w
 	}
 	if hashes != tableRows {
 		panic(fmt.Sprintf("limits: the sketch of a table has %d rows, not %d", tableRows, hashes))
@@ -132,7 +139,7 @@ func (w *window) blank(i int, tag int64) int64 {
 	t := uint64(tag)
 	switch {
 	case w.sketch != nil:
-		return int64(t << 62)
+		return int64(t << w.tagBit)
 	case i < len(w.table):
 		return int64(t<<countBits | t<<(halfBits+countBits))
 	default:
@@ -346,18 +353,18 @@ func estimate(c uint64) int64 {
 // tag, and returns the estimate: with conservative update, or plainly,
 // taking events back for a negative n.
 func (w *window) add(h uint64, n int64, tag int64, conservative bool) int64 {
-	t := tag << 62
 	if conservative {
-		return w.sketch.incrConservativeTo(h, n, t|sketchMax) & sketchMax
+		// Under tag 1 the counters run from math.MinInt64 up to -1.
+		return w.sketch.incrConservativeTo(h, n, tag<<conservativeTagBit|math.MaxInt64) & math.MaxInt64
 	}
-	return w.sketch.add(h, n) - t
+	return w.sketch.add(h, n) - tag<<plainTagBit
 }
 
 // read returns key hash h's estimate in w, an Estimator alone, whose
 // counters carry tag.
 func (w *window) read(h uint64, tag int64, conservative bool) int64 {
 	if conservative {
-		return w.sketch.GetHash(h) & sketchMax
+		return w.sketch.GetHash(h) & math.MaxInt64
 	}
-	return w.sketch.GetHash(h) - tag<<62
+	return w.sketch.GetHash(h) - tag<<plainTagBit
 }
