@@ -5,9 +5,11 @@ package redislimit
 // them locally, each within the GCRA's tolerance of its own time.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -113,14 +115,17 @@ const sweepProbes = 8
 // and those in hand not (what Redis would say were this process alone).
 // Peek and requests
 // of cost 0, below 0 or above the burst are answered so too, without a
-// call, for a key the process holds a lease of. Refund gives a lease's
-// decision back to the hand while its slots' time has not passed; a
-// decision Redis made is given back in Redis only if nothing was charged
-// for the key after it (the key's TAT is where the charge left it), as a
-// refund that lowered a TAT under slots leased since could let their
-// holders overrun the limit; otherwise the charge stays, towards owing
-// more. So refunds are exact in any order for a lease's decisions, and
-// last in, first out for Redis's.
+// call, for a key the process holds a lease of. Each decision made from
+// the slots in hand takes slots of its own, and Refund gives back a
+// lease's decision by putting its slots back in hand, each until its
+// time (those whose time has passed stay spent), whatever the order of
+// the refunds and whether or not the process has leased since; a unit
+// request spends the earliest of them first. A decision Redis made is
+// given back in Redis only if nothing was charged for the key after it
+// (the key's TAT is where the charge left it), as a refund that lowered a
+// TAT under slots leased since could let their holders overrun the limit;
+// otherwise the charge stays, towards owing more. So refunds are exact in
+// any order for a lease's decisions, and last in, first out for Redis's.
 //
 // When Redis is down or does not answer, decisions from the slots in hand
 // go on until they are spent or expire (within burst*T); after that each
@@ -131,8 +136,11 @@ const sweepProbes = 8
 // hand be spent too: at most burst + P*slots at once, once.
 //
 // The lease table keeps local state for at most keys keys (DefaultLeaseKeys
-// if keys is 0), about 200 bytes each with the key: keys whose slots are
-// spent or expired and that saw no request for D are dropped to make room,
+// if keys is 0), about 300 bytes each with a short key, and for a key
+// whose decisions are refunded, 8 bytes per slot given back in hand and
+// 24 per run of slots whose decisions may still be given back: keys whose
+// slots are spent or expired and that saw no request for D are dropped to
+// make room,
 // looking at a few entries per new key; when those are all in use, a new
 // key is decided by a call per decision, as a cold key.
 //
@@ -160,7 +168,9 @@ type LeaseStats struct {
 	// the under-admission.
 	Expired uint64
 	// Returned counts the slots given back to Redis by ReturnLeases, or
-	// dropped by it when Redis had charged the key since.
+	// dropped by it: when Redis had charged the key since, and the slots
+	// refunds put back in hand below slots still spent, which Redis could
+	// take back only with those.
 	Returned uint64
 	// Local counts the decisions made without a call: from the slots in
 	// hand, and the refusals while Redis had granted none.
@@ -233,13 +243,14 @@ type leaseShard struct {
 type leaseEntry struct {
 	// The run: slot i, 1 <= i <= end, is at base + i*T on the server's
 	// clock; slots next..end are in hand, the ones before spent or
-	// expired.
+	// expired, or given back by a refund.
 	base      gcra.Time // the key's TAT or the server's now if later, before the lease, in ns since the epoch
 	ahead     gcra.Time // base minus the server's now at the lease
 	next, end int
-	sent      int64 // the local clock when the lease call was sent
-	recv      int64 // the local clock when its reply came
-	srvNow    int64 // the server's clock at the lease, in ns since the epoch
+	sent      int64         // the local clock when the lease call was sent
+	recv      int64         // the local clock when its reply came
+	srvNow    int64         // the server's clock at the lease, in ns since the epoch
+	refunds   *leaseRefunds // nil until a run is followed by another, or a refund needs it
 	// The rate: count requests since the local time since, when the
 	// latest call for the key was made; measured is false before it.
 	since    int64
@@ -254,6 +265,41 @@ type leaseEntry struct {
 	// run above were in hand; it becomes the run once those are spent or
 	// expired. Its slots come after the run's.
 	queued leaseRun
+}
+
+// leaseRefunds is what the refunds of a key's decisions made from its runs
+// of slots need.
+type leaseRefunds struct {
+	// back holds the slots refunds gave back to the hand, other than
+	// those the run's next slot moved back over: the times of the slots
+	// on the server's clock, rounded up to the nanosecond, latest first.
+	// They are in hand until their time, whichever run they are of.
+	back []int64
+	// past holds the runs before the key's run whose slots may still be
+	// given back: their last slot is still to come.
+	past []pastRun
+}
+
+// given returns the slots refunds gave back in r.back; r may be nil.
+func (r *leaseRefunds) given() int {
+	if r == nil {
+		return 0
+	}
+	return len(r.back)
+}
+
+// find returns where the slot at the time at is in r.back, or would go,
+// and whether it is there.
+func (r *leaseRefunds) find(at int64) (int, bool) {
+	// Latest first: a slot comes before those earlier than it.
+	return slices.BinarySearchFunc(r.back, at, func(x, at int64) int { return cmp.Compare(at, x) })
+}
+
+// pastRun is a run of slots whose slots are all spent or expired: slot i,
+// 1 <= i <= end, is at base + i*T on the server's clock.
+type pastRun struct {
+	base gcra.Time
+	end  int
 }
 
 // leaseRun is a run of slots granted by one lease and not yet begun.
@@ -283,6 +329,15 @@ func (t *leaseTable) deadline(e *leaseEntry, i int) int64 {
 	return e.sent + t.p.Add(e.ahead, t.p.Cost(i)).NS - int64(time.Microsecond)
 }
 
+// backDeadline returns the last local time at which the slot at the time
+// at on the server's clock (rounded up to the nanosecond), a slot of e's
+// run or of a run before it, may be spent. It reckons as deadline does,
+// from e's run: the lease call was sent before the server read its clock,
+// so any lease's reckoning errs early.
+func (t *leaseTable) backDeadline(e *leaseEntry, at int64) int64 {
+	return e.sent + (at - 1 - e.srvNow) - int64(time.Microsecond)
+}
+
 // serverTime returns the server's time at local time now as e's lease
 // lets the process reckon it, never ahead of the server.
 func (e *leaseEntry) serverTime(now int64) time.Time {
@@ -294,6 +349,12 @@ func (e *leaseEntry) serverTime(now int64) time.Time {
 // dropped.
 func (t *leaseTable) dropExpired(e *leaseEntry, now int64) {
 	lost := 0
+	if r := e.refunds; r != nil {
+		for len(r.back) > 0 && t.backDeadline(e, r.back[len(r.back)-1]) < now {
+			r.back = r.back[:len(r.back)-1]
+			lost++
+		}
+	}
 	for {
 		for e.next <= e.end && t.deadline(e, e.next) < now {
 			e.next++
@@ -322,16 +383,51 @@ func (t *leaseTable) granted(r leaseReply, sent, recv int64) leaseRun {
 	return leaseRun{base: t.p.Add(gcra.Time{NS: r.now}, r.ahead), ahead: r.ahead, k: r.k, sent: sent, recv: recv, srvNow: r.now}
 }
 
-// begin makes r e's run of slots in hand.
+// begin makes r e's run of slots in hand, in place of a run that holds
+// none after its next slot, which joins the past runs while its last slot
+// is still to come.
 func (t *leaseTable) begin(e *leaseEntry, r leaseRun) {
+	if e.end > 0 && (e.refunds != nil || gcra.Ceil(t.p.Add(e.base, t.p.Cost(e.end))) > r.srvNow) {
+		if e.refunds == nil {
+			e.refunds = &leaseRefunds{}
+		}
+		// Forget the past runs whose slots have all passed, as the
+		// server's clock reads at r's lease at the latest.
+		rf := e.refunds
+		kept := rf.past[:0]
+		for _, p := range rf.past {
+			if gcra.Ceil(t.p.Add(p.base, t.p.Cost(p.end))) > r.srvNow {
+				kept = append(kept, p)
+			}
+		}
+		clear(rf.past[len(kept):])
+		rf.past = kept
+		switch n := len(rf.past); {
+		case gcra.Ceil(t.p.Add(e.base, t.p.Cost(e.end))) <= r.srvNow:
+		case n > 0 && rf.past[n-1].end+e.end <= t.p.Burst && t.p.Add(rf.past[n-1].base, t.p.Cost(rf.past[n-1].end)) == e.base:
+			rf.past[n-1].end += e.end // the runs follow each other
+		default:
+			rf.past = append(rf.past, pastRun{e.base, e.end})
+		}
+	}
 	e.sent, e.recv, e.srvNow = r.sent, r.recv, r.srvNow
 	e.ahead, e.base = r.ahead, r.base
 	e.next, e.end = 1, r.k
 }
 
-// held returns the slots e holds in hand: those left of its run and the
-// run leased ahead.
-func (e *leaseEntry) held() int { return max(e.end-e.next+1, 0) + e.queued.k }
+// held returns the slots e holds in hand: those left of its run, those
+// refunds gave back and the run leased ahead.
+func (e *leaseEntry) held() int { return e.left() + e.queued.k }
+
+// left returns the slots e holds in hand but for the run leased ahead.
+func (e *leaseEntry) left() int { return max(e.end-e.next+1, 0) + e.refunds.given() }
+
+// serves reports whether the slots in hand serve a request of cost n
+// without the run leased ahead: n slots in a row after the run's next,
+// or, for a unit request, one a refund gave back.
+func (e *leaseEntry) serves(n int) bool {
+	return e.end-e.next+1 >= n || n == 1 && e.refunds.given() > 0
+}
 
 // entry returns key's entry, adding it if the table has room; nil if not.
 // The shard's lock is held.
@@ -387,7 +483,7 @@ func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decisi
 		}
 		e.used = now
 		t.dropExpired(e, now)
-		if e.end-e.next+1 >= n {
+		if e.serves(n) {
 			d := t.spend(e, n, now)
 			ahead := t.leaseAhead(s, e, key, now)
 			s.mu.Unlock()
@@ -467,11 +563,18 @@ func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decisi
 			return t.b.failed(key, n, err)
 		}
 		t.took(recv - sent)
-		t.begin(e, t.granted(r, sent, recv))
+		switch run := t.granted(r, sent, recv); {
+		case e.next > e.end:
+			t.begin(e, run)
+		case run.k > 0:
+			// Refunds gave the run slots back while the call was in
+			// flight: the new run comes after them.
+			e.queued = run
+		}
 		e.full = r.k == want
 		now = t.clock()
 		t.dropExpired(e, now) // slots whose time passed before the reply came
-		if e.end-e.next+1 >= n {
+		if e.serves(n) {
 			d := t.spend(e, n, now)
 			s.mu.Unlock()
 			return d, nil
@@ -500,7 +603,7 @@ func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decisi
 // the process takes to spend the slots left, two round trips on, within
 // the skip's bound. The shard's lock is held.
 func (t *leaseTable) leaseAhead(s *leaseShard, e *leaseEntry, key string, now int64) func() {
-	left := e.end - e.next + 1
+	left := e.left()
 	if e.fetch != nil || e.queued.k > 0 || !e.full || !e.measured || 4*left > e.end {
 		return nil
 	}
@@ -568,15 +671,24 @@ func (t *leaseTable) fetchAhead(s *leaseShard, e *leaseEntry, key string, c *lea
 	t.dropExpired(e, t.clock()) // begins the run if the one before is spent
 }
 
-// spend admits a request of cost n from e's slots in hand at now.
+// spend admits a request of cost n, which e serves, from the slots in
+// hand at now: a unit request takes the earliest slot a refund gave back,
+// if any, and a request otherwise the n slots after the run's next. The
+// Decision's At + ResetAfter is the time of the last slot it took,
+// rounded up to the nanosecond, by which refund knows the slots it took.
 func (t *leaseTable) spend(e *leaseEntry, n int, now int64) limits.Decision {
-	e.next += n
-	j := e.next - 1 // the last slot spent
+	var slot int64 // the time of the last slot spent
+	if r := e.refunds; n == 1 && r.given() > 0 {
+		slot = r.back[len(r.back)-1]
+		r.back = r.back[:len(r.back)-1]
+	} else {
+		e.next += n
+		slot = gcra.Ceil(t.p.Add(e.base, t.p.Cost(e.next-1)))
+	}
 	t.stats.spent.Add(uint64(n))
 	t.stats.unspent.Add(-int64(n))
 	t.stats.local.Add(1)
 	at := e.serverTime(now)
-	slot := gcra.Ceil(t.p.Add(e.base, t.p.Cost(j)))
 	return limits.Decision{
 		Allowed: true, Limit: t.p.Limit, Period: t.p.Period, Burst: t.p.Burst, Cost: n,
 		Remaining: t.p.Report(true, t.view(e, now), 0).Remaining, ResetAfter: max(time.Duration(slot-at.UnixNano()), 0), At: at,
@@ -617,7 +729,7 @@ func (t *leaseTable) until(e *leaseEntry, n int) int64 {
 // view returns how far the key's TAT runs ahead of now as this process
 // sees it: its lease's slots spent or expired charged, those in hand not.
 func (t *leaseTable) view(e *leaseEntry, now int64) gcra.Time {
-	ahead := t.p.Sub(t.p.Add(e.ahead, t.p.Cost(e.next-1)), gcra.Time{NS: now - e.recv})
+	ahead := t.p.Sub(t.p.Add(e.ahead, t.p.Cost(max(e.next-1-e.refunds.given(), 0))), gcra.Time{NS: now - e.recv})
 	if !gcra.Positive(ahead) {
 		return gcra.Time{}
 	}
@@ -668,40 +780,101 @@ func (t *leaseTable) look(key string, n int, reason limits.Reason) (limits.Decis
 }
 
 // refund gives back d, an allowed decision for key, and reports whether d
-// was made from key's run of slots in hand (given back to it, or not if
-// its slots' time has passed); false means that d is not the run's.
+// was made from key's runs of slots: its slots go back to the hand, those
+// whose time has not passed, unless they are in hand already (d was given
+// back before). False means that d is none of the runs' that may still be
+// given back. Each admission from a run holds slots of its own, which
+// spend records in its Decision, and only those go back: so refunds in any
+// order give back exactly what their decisions took.
 func (t *leaseTable) refund(key string, d limits.Decision) bool {
 	s := &t.shards[maphash.String(t.seed, key)%leaseShards]
 	now := t.clock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.m[key]
-	if e == nil || e.end == 0 {
+	if e == nil || e.recv == 0 {
 		return false
 	}
 	charged := d.At.UnixNano() + int64(d.ResetAfter)
-	// The last slot d spent: base + j*T rounds up to charged.
-	rel := charged - e.base.NS
-	if rel <= 0 {
-		return false
+	if c, ok := t.slotOf(e.base, e.end, charged, d.Cost); ok {
+		if c >= e.next {
+			return true // in hand already
+		}
+		t.giveBack(e, e.base, c, d.Cost, now)
+		return true
+	}
+	if r := e.refunds; r != nil {
+		for i := len(r.past) - 1; i >= 0; i-- {
+			if c, ok := t.slotOf(r.past[i].base, r.past[i].end, charged, d.Cost); ok {
+				t.giveBack(e, r.past[i].base, c, d.Cost, now)
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// slotOf returns the slot c, n <= c <= end, of the run of slots after base
+// whose time rounds up to charged.
+func (t *leaseTable) slotOf(base gcra.Time, end int, charged int64, n int) (int, bool) {
+	rel := charged - base.NS
+	if rel <= 0 || end == 0 {
+		return 0, false
 	}
 	tf := float64(t.p.TU) / float64(t.p.Den)
 	j := int(float64(rel)/tf + 0.5)
-	for _, c := range []int{j, j - 1, j + 1} {
-		if c < d.Cost || c >= e.next || c > e.end || gcra.Ceil(t.p.Add(e.base, t.p.Cost(c))) != charged {
-			continue
+	for _, c := range [...]int{j, j - 1, j + 1} {
+		if c >= n && c <= end && gcra.Ceil(t.p.Add(base, t.p.Cost(c))) == charged {
+			return c, true
 		}
-		// The run's latest d.Cost slots spent go back to the hand, and
-		// the admissions that spent them take d's slots, which are no
-		// later: valid as long as d's first slot has not passed.
-		if t.deadline(e, c-d.Cost+1) >= now {
-			e.next -= d.Cost
-			t.stats.spent.Add(^uint64(d.Cost - 1))
-			t.stats.unspent.Add(int64(d.Cost))
-		}
-		return true
 	}
-	return false
+	return 0, false
+}
+
+// giveBack puts the slots c-n+1..c of the run of slots after base, spent
+// by one admission, back in e's hand at now, but those whose time has
+// passed. Those that are the latest spent of e's run go back to the run,
+// with the slots given back just below them; the others to e.refunds.back.
+func (t *leaseTable) giveBack(e *leaseEntry, base gcra.Time, c, n int, now int64) {
+	given := 0
+	if base == e.base && c == e.next-1 {
+		first := c - n + 1
+		for first <= c && t.deadline(e, first) < now {
+			first++
+		}
+		given = c - first + 1
+		if given > 0 {
+			e.next = first
+		}
+		for r := e.refunds; e.next > 1 && r.given() > 0; e.next-- {
+			k, found := r.find(gcra.Ceil(t.p.Add(e.base, t.p.Cost(e.next-1))))
+			if !found {
+				break
+			}
+			r.back = slices.Delete(r.back, k, k+1)
+		}
+	} else {
+		for i := c - n + 1; i <= c; i++ {
+			at := gcra.Ceil(t.p.Add(base, t.p.Cost(i)))
+			if t.backDeadline(e, at) < now {
+				continue
+			}
+			if e.refunds == nil {
+				e.refunds = &leaseRefunds{}
+			}
+			r := e.refunds
+			k, found := r.find(at)
+			if found {
+				continue // given back before
+			}
+			r.back = slices.Insert(r.back, k, at)
+			given++
+		}
+	}
+	if given > 0 {
+		t.stats.spent.Add(^uint64(given - 1))
+		t.stats.unspent.Add(int64(given))
+	}
 }
 
 // giveBackAll returns every run of slots in hand to Redis.
@@ -732,6 +905,14 @@ func (t *leaseTable) giveBackAll(ctx context.Context) (int, error) {
 				t.stats.returned.Add(uint64(n))
 				t.stats.unspent.Add(-int64(n))
 			}
+			if n := e.refunds.given(); n > 0 {
+				// Slots refunds gave back below slots still spent: Redis
+				// could take them back only with those, so they are
+				// dropped.
+				e.refunds.back = e.refunds.back[:0]
+				t.stats.returned.Add(uint64(n))
+				t.stats.unspent.Add(-int64(n))
+			}
 		}
 		s.mu.Unlock()
 	}
@@ -755,8 +936,10 @@ func (t *leaseTable) giveBackAll(ctx context.Context) (int, error) {
 // every key, as on an orderly shutdown, and reports how many Redis took
 // back. A key's slots are taken back only if the key's TAT is where this
 // process's lease left it, nothing having been charged for the key since:
-// slots leased by other processes since then keep their times. Slots not
-// taken back are dropped all the same and expire with their times. It does
+// slots leased by other processes since then keep their times; slots that
+// refunds put back in hand below slots still spent are not taken back
+// either. Slots not taken back are dropped all the same and expire with
+// their times. It does
 // nothing without WithLeases. An error wraps ErrUnavailable and the first
 // failure; the GCRA remains usable, taking new leases as it needs.
 func (g *GCRA) ReturnLeases(ctx context.Context) (int, error) {

@@ -171,6 +171,22 @@ func ideal(p gcra.Policy, times []int64) int {
 	return n
 }
 
+// leaseScenario is a fleet of processes in lease mode, for the model.
+type leaseScenario struct {
+	name   string
+	procs  int
+	limit  int
+	period time.Duration
+	burst  int
+	slots  int
+	gap    func(r *rand.Rand, proc int, now int64) int64 // time to a process's next request
+	steady bool
+	// wantAhead: the key has room, and leases are taken ahead.
+	wantAhead bool
+	rttNS     int64
+	runTime   time.Duration
+}
+
 // TestLeaseModel runs fleets of processes in lease mode on the model and
 // checks that the fleet's admissions conform to the one GCRA, in every
 // interval, and that the under-admission against one GCRA fed the same
@@ -178,22 +194,8 @@ func ideal(p gcra.Policy, times []int64) int {
 // in hand at the end and less than a lease of room, and, at steady demand,
 // no more than (P+1)*slots.
 func TestLeaseModel(t *testing.T) {
-	type scenario struct {
-		name   string
-		procs  int
-		limit  int
-		period time.Duration
-		burst  int
-		slots  int
-		gap    func(r *rand.Rand, proc int, now int64) int64 // time to a process's next request
-		steady bool
-		// wantAhead: the key has room, and leases are taken ahead.
-		wantAhead bool
-		rttNS     int64
-		runTime   time.Duration
-	}
 	const ms = int64(time.Millisecond)
-	scenarios := []scenario{
+	scenarios := []leaseScenario{
 		{name: "saturated", procs: 4, limit: 1000, period: time.Second, burst: 100, slots: 32, steady: true, rttNS: 200_000,
 			gap: func(r *rand.Rand, _ int, _ int64) int64 { return 100_000 + r.Int64N(100_000) }, runTime: 20 * time.Second},
 		{name: "below-limit", procs: 4, limit: 1000, period: time.Second, burst: 100, slots: 32, steady: true, wantAhead: true, rttNS: 200_000,
@@ -209,87 +211,192 @@ func TestLeaseModel(t *testing.T) {
 			}, runTime: 20 * time.Second},
 	}
 	for _, sc := range scenarios {
-		t.Run(sc.name, func(t *testing.T) {
-			p, err := gcra.New(sc.limit, sc.period, sc.burst)
-			if err != nil || p.T.Frac != 0 {
-				t.Fatal(err, p.T)
+		for _, refunds := range []bool{false, true} {
+			name := sc.name
+			if refunds {
+				name += "/refunds"
 			}
-			f := &modelFleet{p: p, rtt: sc.rttNS, tat: map[string]gcra.Time{}}
-			r := rand.New(rand.NewPCG(1, uint64(len(sc.name))))
-			procs := make([]*modelProc, sc.procs)
-			next := make([]int64, sc.procs)
-			for i := range procs {
-				m := &modelProc{f: f, skew: r.Int64N(1 << 40)}
-				m.t = newLeaseTable(&f.p, sc.slots, 16, m.clock, m)
-				m.t.async = m.later
-				procs[i] = m
-				next[i] = r.Int64N(ms)
+			t.Run(name, func(t *testing.T) { runLeaseModel(t, sc, refunds) })
+		}
+	}
+}
+
+// modelEvent is a request, or the refund of one, at a server time.
+type modelEvent struct {
+	at     int64 // the server's time
+	refund bool
+	req    int // the request's index among the requests
+}
+
+// idealRefunding counts what one GCRA would admit of the unit requests
+// of events, in order, with the refunds of events given back to it.
+func idealRefunding(p gcra.Policy, events []modelEvent) int {
+	var tat gcra.Time
+	charged := map[int]gcra.Time{} // the TAT after each request admitted
+	n, req := 0, 0
+	for _, ev := range events {
+		now := gcra.Time{NS: ev.at}
+		if ev.refund {
+			if c, ok := charged[ev.req]; ok {
+				tat = p.Refund(tat, c, now, 1, false)
 			}
-			var requests []int64 // the server's time of each request
-			decisions, local := 0, 0
-			end := int64(sc.runTime)
-			for {
-				i := 0
-				for j := range next {
-					if next[j] < next[i] {
-						i = j
-					}
+			continue
+		}
+		ok, after := p.Judge(p.Sub(tat, now), 1, true)
+		if ok {
+			tat = p.Add(now, after)
+			charged[req] = tat
+			n++
+		}
+		req++
+	}
+	return n
+}
+
+// runLeaseModel runs the fleet of sc on the model. With refunds, each
+// process refunds a quarter of the decisions it made from its slots in
+// hand, in random order, and every refund must give the decision's slots
+// back to the hand while the slot is still to come, as the process
+// reckons it (within a round trip and a microsecond of its time).
+func runLeaseModel(t *testing.T, sc leaseScenario, refunds bool) {
+	const ms = int64(time.Millisecond)
+	p, err := gcra.New(sc.limit, sc.period, sc.burst)
+	if err != nil || p.T.Frac != 0 {
+		t.Fatal(err, p.T)
+	}
+	f := &modelFleet{p: p, rtt: sc.rttNS, tat: map[string]gcra.Time{}}
+	r := rand.New(rand.NewPCG(1, uint64(len(sc.name))))
+	procs := make([]*modelProc, sc.procs)
+	next := make([]int64, sc.procs)
+	for i := range procs {
+		m := &modelProc{f: f, skew: r.Int64N(1 << 40)}
+		m.t = newLeaseTable(&f.p, sc.slots, 16, m.clock, m)
+		m.t.async = m.later
+		procs[i] = m
+		next[i] = r.Int64N(ms)
+	}
+	// owed holds each process's decisions to refund, with the indices of
+	// their requests and admissions.
+	type owed struct {
+		d        limits.Decision
+		req, adm int
+	}
+	owing := make([][]owed, sc.procs)
+	var events []modelEvent
+	givenBack := map[int]bool{} // the admissions whose slots went back to the hand
+	requests, decisions, local := 0, 0, 0
+	refunded, given, late, missed := 0, 0, 0, 0
+	end := int64(sc.runTime)
+	for {
+		i := 0
+		for j := range next {
+			if next[j] < next[i] {
+				i = j
+			}
+		}
+		if next[i] >= end {
+			break
+		}
+		m := procs[i]
+		f.now = max(f.now, next[i])
+		if refunds && len(owing[i]) > 0 && r.IntN(2) == 0 {
+			j := r.IntN(len(owing[i]))
+			o := owing[i][j]
+			owing[i] = slices.Delete(owing[i], j, j+1)
+			at := f.server()
+			spent := m.t.stats.spent.Load()
+			ok := m.t.refund("k", o.d)
+			back := spent - m.t.stats.spent.Load()
+			events = append(events, modelEvent{at: at, refund: true, req: o.req})
+			refunded++
+			ahead := o.d.At.UnixNano() + int64(o.d.ResetAfter) - at // to the decision's slot
+			switch {
+			case back == uint64(o.d.Cost):
+				given++
+				givenBack[o.adm] = true
+				if ahead <= 0 {
+					t.Errorf("a refund %v after its slot's time gave it back", time.Duration(-ahead))
 				}
-				if next[i] >= end {
-					break
+			case back != 0:
+				t.Fatalf("a refund of cost %d gave back %d slots", o.d.Cost, back)
+			case ahead > sc.rttNS+2*int64(time.Microsecond):
+				if missed++; missed <= 5 {
+					t.Errorf("a refund %v before its slot's time gave nothing back (the run's: %v)", time.Duration(ahead), ok)
 				}
-				f.now = max(f.now, next[i])
-				requests = append(requests, f.server())
-				before := f.calls
-				f.decided = false
-				d, err := procs[i].t.take(context.Background(), "k", 1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if f.calls == before {
-					local++
-				}
-				switch {
-				case d.Allowed && f.decided:
-					f.admit = append(f.admit, d.At.UnixNano())
-				case d.Allowed:
-					f.admit = append(f.admit, f.server())
-				}
-				decisions++
-				procs[i].runPending()
-				next[i] = f.now + sc.gap(r, i, f.now)
+			default:
+				late++
 			}
-			conforms(t, p, f.admit)
-			var expired, held uint64
-			ahead, overHand := 0, 0
-			for _, m := range procs {
-				s := &m.t.stats
-				expired += s.expired.Load()
-				held += uint64(s.unspent.Load())
-				ahead += m.ahead
-				overHand += m.overHand
+		}
+		events = append(events, modelEvent{at: f.server(), req: requests})
+		requests++
+		before := f.calls
+		f.decided = false
+		d, err := m.t.take(context.Background(), "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.calls == before {
+			local++
+		}
+		switch {
+		case d.Allowed && f.decided:
+			f.admit = append(f.admit, d.At.UnixNano())
+		case d.Allowed:
+			if refunds && r.IntN(4) == 0 {
+				owing[i] = append(owing[i], owed{d, requests - 1, len(f.admit)})
 			}
-			if overHand > 0 {
-				t.Errorf("%d leases could have left a process more than a lease (%d slots) in hand", overHand, sc.slots)
-			}
-			if sc.wantAhead && ahead == 0 {
-				t.Error("no lease was taken ahead, with slots in hand, at a key with room")
-			}
-			want := ideal(p, requests)
-			got := len(f.admit)
-			under := want - got
-			bound := uint64((sc.procs + 1) * sc.slots)
-			t.Logf("%d decisions, %d local, %d calls (%.1f per 1000, %d leases ahead); admitted %d, one GCRA %d: under-admission %d; expired %d, in hand at the end %d; (P+1)*slots %d",
-				decisions, local, f.calls, 1000*float64(f.calls)/float64(decisions), ahead, got, want, under, expired, held, bound)
-			// Beyond the slots lost and in hand, less than a lease of room
-			// may be left while processes wait for a full lease.
-			if under > 0 && uint64(under) > expired+held+uint64(sc.slots) {
-				t.Errorf("under-admission %d beyond the slots expired and in hand (%d) + slots", under, expired+held)
-			}
-			if sc.steady && uint64(max(under, 0)) > bound {
-				t.Errorf("under-admission %d at steady demand beyond (P+1)*slots = %d", under, bound)
-			}
-		})
+			f.admit = append(f.admit, f.server())
+		}
+		decisions++
+		m.runPending()
+		next[i] = f.now + sc.gap(r, i, f.now)
+	}
+	// The admissions served: those whose slots were not given back.
+	var served []int64
+	for j, at := range f.admit {
+		if !givenBack[j] {
+			served = append(served, at)
+		}
+	}
+	slices.Sort(served)
+	conforms(t, p, served)
+	var slots, spent, expired, held uint64
+	ahead, overHand := 0, 0
+	for _, m := range procs {
+		s := &m.t.stats
+		slots += s.slots.Load()
+		spent += s.spent.Load()
+		expired += s.expired.Load()
+		held += uint64(s.unspent.Load())
+		ahead += m.ahead
+		overHand += m.overHand
+	}
+	if slots != spent+expired+held {
+		t.Errorf("leased %d slots: spent %d + expired %d + in hand %d", slots, spent, expired, held)
+	}
+	if overHand > 0 {
+		t.Errorf("%d leases could have left a process more than a lease (%d slots) in hand", overHand, sc.slots)
+	}
+	if sc.wantAhead && ahead == 0 {
+		t.Error("no lease was taken ahead, with slots in hand, at a key with room")
+	}
+	if refunds && given == 0 {
+		t.Error("no refund gave its slot back")
+	}
+	want := idealRefunding(p, events)
+	got := len(f.admit)
+	under := want - got
+	bound := uint64((sc.procs+1)*sc.slots + late)
+	t.Logf("%d decisions, %d local, %d calls (%.1f per 1000, %d leases ahead); admitted %d, one GCRA %d: under-admission %d; expired %d, in hand at the end %d; %d refunds, %d given back, %d too late; (P+1)*slots + too late %d",
+		decisions, local, f.calls, 1000*float64(f.calls)/float64(decisions), ahead, got, want, under, expired, held, refunded, given, late, bound)
+	// Beyond the slots lost and in hand, less than a lease of room may be
+	// left while processes wait for a full lease, and a refund the process
+	// reckoned too late may leave the one GCRA some room.
+	if under > 0 && uint64(under) > expired+held+uint64(sc.slots+late) {
+		t.Errorf("under-admission %d beyond the slots expired and in hand (%d) + slots + refunds too late (%d)", under, expired+held, late)
+	}
+	if sc.steady && uint64(max(under, 0)) > bound {
+		t.Errorf("under-admission %d at steady demand beyond (P+1)*slots + refunds too late = %d", under, bound)
 	}
 }
 
