@@ -479,10 +479,10 @@ func (g *GCRA) Refund(ctx context.Context, key string, d limits.Decision) error 
 	r, err := g.call(ctx, returnScript, g.prefix+key, args)
 	if err == nil && r.flag == 2 {
 		err = errLate
-		g.statistics.fail(err, false)
 	}
 	if err != nil {
 		g.statistics.refundErrs.Add(1)
+		g.statistics.failure(err)
 		err = fmt.Errorf("%w: refund not applied: %w", ErrUnavailable, err)
 		if g.onError != nil {
 			g.onError(err)
@@ -587,7 +587,6 @@ func (g *GCRA) call(ctx context.Context, s *redis.Script, rkey string, args []an
 	if err == nil {
 		if r.ahead.NS < 0 || gcra.Less(g.p.D, r.ahead) || r.ahead.Frac >= g.p.Den {
 			err = fmt.Errorf("%w: the key runs %d+%d/%dns ahead", errReply, r.ahead.NS, r.ahead.Frac, g.p.Den)
-			g.statistics.fail(err, false)
 			return r, err
 		}
 		// The server read its clock before the reply came: this offset
@@ -604,12 +603,9 @@ func (g *GCRA) call(ctx context.Context, s *redis.Script, rkey string, args []an
 		}
 		if dial := g.dials.since(start); dial != nil {
 			// The time went on connecting: say why that failed.
-			err = fmt.Errorf("%w, connecting failed: %w", err, dial)
-			g.statistics.fail(err, true)
-			return r, err
+			return r, &connectFailed{fmt.Errorf("%w, connecting failed: %w", err, dial)}
 		}
 	}
-	g.statistics.fail(err, false)
 	return r, err
 }
 
@@ -657,6 +653,7 @@ func (g *GCRA) callAsync(ctx context.Context, s *redis.Script, rkey string, args
 // whatever Redis says.
 func (g *GCRA) failed(key string, n int, charge bool, reason limits.Reason, err error) (limits.Decision, error) {
 	g.statistics.errs.Add(1)
+	g.statistics.failure(err)
 	err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 	if g.onError != nil {
 		g.onError(err)

@@ -72,7 +72,9 @@ const sweepProbes = 8
 // that stays hot find slots in hand rather than wait for a call. A lease
 // ahead that fails, or that the key has not room for in full, stops the
 // leasing ahead until a lease made for a request is granted in full; its
-// error goes to the error handler (WithErrorHandler), if any.
+// error goes to the error handler (WithErrorHandler), if any, and
+// LeaseStats.AheadErrors counts it: it decides no request, so it counts
+// in neither Stats.Errors nor CallStats.Failures.
 //
 // At a key whose TAT runs less far ahead than the process needs (a key
 // with room to spare), the run starts later than the TAT: far enough ahead
@@ -131,7 +133,9 @@ const sweepProbes = 8
 // go on until they are spent or expire (within burst*T); after that each
 // decision is a call, and the failure policy applies when it fails, within
 // the timeout. Goroutines waiting for a lease another one asked for share
-// its failure, and wait no longer than their context allows. A flush or a
+// its failure, and wait no longer than their context allows; each of
+// their decisions counts as one that failed, in Stats.Errors and under the
+// failure's kind in CallStats.Failures. A flush or a
 // restart of Redis forgives debts as without leases, and lets the slots in
 // hand be spent too: at most burst + P*slots at once, once.
 //
@@ -159,6 +163,12 @@ type LeaseStats struct {
 	// Ahead counts those of them taken ahead, while the key's slots in
 	// hand were still being spent (see WithLeases).
 	Ahead uint64
+	// AheadErrors counts the leases taken ahead that failed. Such a
+	// lease decides no request, so it counts in neither Stats.Errors nor
+	// CallStats.Failures (CallStats.Latency times it as a call); its
+	// error goes to the error handler, and each request that waited for
+	// it and shared its failure counts there as a decision that failed.
+	AheadErrors uint64
 	// Slots counts the slots those leases granted.
 	Slots uint64
 	// Spent counts the slots spent by decisions made from the slots in
@@ -181,8 +191,8 @@ type LeaseStats struct {
 
 // leaseStats are the counters behind LeaseStats.
 type leaseStats struct {
-	leases, ahead, slots, spent, expired, returned, local atomic.Uint64
-	unspent                                               atomic.Int64 // slots in hand
+	leases, ahead, aheadErrs, slots, spent, expired, returned, local atomic.Uint64
+	unspent                                                          atomic.Int64 // slots in hand
 }
 
 // leaseReply is what Redis answered to a lease call.
@@ -652,6 +662,7 @@ func (t *leaseTable) fetchAhead(s *leaseShard, e *leaseEntry, key string, c *lea
 	c.err = err
 	if err != nil {
 		e.full = false
+		t.stats.aheadErrs.Add(1)
 		s.mu.Unlock()
 		// Reported before the requests waiting for c share it, and
 		// with the lock not held, as the handler is the caller's code.
@@ -956,7 +967,7 @@ func (g *GCRA) LeaseStats() LeaseStats {
 	}
 	c := &g.leases.stats
 	return LeaseStats{
-		Leases: c.leases.Load(), Ahead: c.ahead.Load(), Slots: c.slots.Load(), Spent: c.spent.Load(), Expired: c.expired.Load(),
+		Leases: c.leases.Load(), Ahead: c.ahead.Load(), AheadErrors: c.aheadErrs.Load(), Slots: c.slots.Load(), Spent: c.spent.Load(), Expired: c.expired.Load(),
 		Returned: c.returned.Load(), Local: c.local.Load(), Held: uint64(max(c.unspent.Load(), 0)),
 	}
 }
@@ -1015,6 +1026,7 @@ func (r redisLeases) giveBack(ctx context.Context, key string, top gcra.Time, n 
 	cancel()
 	if err != nil {
 		g.statistics.refundErrs.Add(1)
+		g.statistics.failure(err)
 		err = fmt.Errorf("%w: nothing given back: %w", ErrUnavailable, err)
 		if g.onError != nil {
 			g.onError(err)

@@ -338,6 +338,11 @@ func TestLeaseAheadRedisHung(t *testing.T) {
 		t.Errorf("the error handler saw %v for the lease taken ahead, want one error of the deadline's", aheadErrs)
 	}
 	mu.Unlock()
+	// The lease taken ahead decided nothing: the failures count the one
+	// decision that failed.
+	if s, f := g.Stats(), g.CallStats().Failures; s.Errors != 1 || f != (Failures{Timeout: 1}) {
+		t.Errorf("Redis hung: Stats %+v, Failures %+v; want the one decision that failed, a timeout", s, f)
+	}
 	srv.Resume()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -352,4 +357,118 @@ func TestLeaseAheadRedisHung(t *testing.T) {
 	if s := g.LeaseStats(); s.Slots != s.Spent+s.Expired+s.Returned+s.Held {
 		t.Errorf("lease counters %+v do not add up", s)
 	}
+}
+
+// TestLeaseFailuresAddUp stops Redis (SIGSTOP) under a key hot in the
+// process whose slots in hand have expired, and makes 3 decisions on
+// each of 4 goroutines, then of 32: every one fails, most of them by
+// sharing the failure of a lease another goroutine asked for, and the
+// failures by kind count each decision that failed, adding up to Errors.
+func TestLeaseFailuresAddUp(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, goroutines := range []int{4, 32} {
+		t.Run(fmt.Sprint(goroutines), func(t *testing.T) {
+			g := leaser(t, srv.Addr(), freshPrefix(), WithLeases(16, 0), WithTimeout(50*time.Millisecond))
+			ctx := context.Background()
+			heat(t, g, "k")
+			for g.LeaseStats().Held > 0 { // the slots in hand expire within burst*T
+				time.Sleep(10 * time.Millisecond)
+				if _, err := g.Peek(ctx, "k"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			srv.Pause()
+			defer srv.Resume()
+			var wg sync.WaitGroup
+			var failed atomic.Uint64
+			for range goroutines {
+				wg.Go(func() {
+					for range 3 {
+						if _, err := g.Allow(ctx, "k"); errors.Is(err, ErrUnavailable) {
+							failed.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			s, f := g.Stats(), g.CallStats().Failures
+			t.Logf("%+v; %+v; %+v", s, f, g.LeaseStats())
+			if want := uint64(3 * goroutines); failed.Load() != want || s.Errors != want {
+				t.Errorf("Redis stopped: %d decisions failed, Stats.Errors %d; want %d", failed.Load(), s.Errors, want)
+			}
+			if sum := f.Timeout + f.Connection + f.Canceled + f.Server + f.Other; sum != s.Errors+s.RefundErrors || f.Timeout != s.Errors {
+				t.Errorf("Failures %+v add up to %d, want Errors + RefundErrors = %d, all timeouts", f, sum, s.Errors+s.RefundErrors)
+			}
+		})
+	}
+}
+
+// TestLeaseAheadFailureCounted kills Redis under a key that is being
+// leased ahead: the lease taken ahead fails at once, on a refused
+// connection, while slots are in hand, and decides nothing: it counts in
+// LeaseStats.AheadErrors; the request that fails once the slots are spent
+// is the one failure of the failures by kind, which add up to Errors.
+func TestLeaseAheadFailureCounted(t *testing.T) {
+	srv := redistest.Start(t)
+	// Whether a lease is taken ahead after the kill depends on how the
+	// run's pace compares with the calls' time: on a machine so busy that
+	// none is, try again.
+	for range 10 {
+		if aheadFailureCounted(t, srv) {
+			return
+		}
+	}
+	t.Skip("no lease taken ahead failed in 10 runs: the machine is too slow for this test")
+}
+
+// aheadFailureCounted runs TestLeaseAheadFailureCounted once, on a GCRA of
+// its own, and reports false, having checked only the counters' sums, if
+// no lease taken ahead failed.
+func aheadFailureCounted(t *testing.T, srv *redistest.Server) bool {
+	var aheadErrs atomic.Uint64
+	onError := func(err error) {
+		if strings.Contains(err.Error(), "a lease taken ahead failed") {
+			aheadErrs.Add(1)
+		}
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { c.Close() })
+	g := must(New(c, 1_000_000, time.Second, WithPrefix(freshPrefix()), WithLeases(64, 0), WithErrorHandler(onError)))
+	ctx := context.Background()
+	allow := func() (limits.Decision, error) {
+		d, err := g.Allow(ctx, "k")
+		time.Sleep(100 * time.Microsecond)
+		return d, err
+	}
+	for g.LeaseStats().Ahead < 2 {
+		if d, err := allow(); err != nil || !d.Allowed {
+			t.Fatalf("before Redis went down: %+v, %v", d, err)
+		}
+		if g.Stats().Answered > 200 {
+			t.Fatalf("no lease taken ahead in %d calls: %+v", g.Stats().Answered, g.LeaseStats())
+		}
+	}
+	srv.Kill()
+	defer srv.Restart()
+	for served := 0; ; served++ {
+		d, err := allow()
+		if err != nil {
+			break
+		}
+		if !d.Allowed {
+			t.Fatalf("Redis down, %d served: refused %+v", served, d)
+		}
+		if served > 1000 {
+			t.Fatal("1000 decisions with Redis down and no failure: leases of 64 slots")
+		}
+	}
+	s, f, ls := g.Stats(), g.CallStats().Failures, g.LeaseStats()
+	t.Logf("%+v; %+v; %+v; %d failures of leases taken ahead reported", s, f, ls, aheadErrs.Load())
+	if sum := f.Timeout + f.Connection + f.Canceled + f.Server + f.Other; s.Errors != 1 || sum != s.Errors+s.RefundErrors {
+		t.Errorf("Redis down: Stats %+v, Failures %+v add up to %d; want the one decision that failed", s, f, sum)
+	}
+	if ls.AheadErrors != aheadErrs.Load() {
+		t.Errorf("LeaseStats.AheadErrors %d, %d failures of leases taken ahead reported", ls.AheadErrors, aheadErrs.Load())
+	}
+	return aheadErrs.Load() > 0
 }

@@ -34,7 +34,11 @@ type Stats struct {
 	Answered uint64
 	// Errors counts the decisions Redis did not make: unreachable, too
 	// slow for the deadline, or answering with an error. The failure
-	// policy made each of them.
+	// policy made each of them. In lease mode (WithLeases) a decision
+	// counts here whether its own call failed or it waited for a lease
+	// another request asked for and shared its failure; a lease taken
+	// ahead that fails decides nothing and counts in
+	// LeaseStats.AheadErrors instead.
 	Errors uint64
 	// Fallbacks counts the decisions made by the fallback GCRA; it is 0
 	// unless the policy is WithFallback's, and then equals Errors.
@@ -47,13 +51,19 @@ type Stats struct {
 	RefundErrors uint64
 }
 
-// CallStats is a snapshot of how a GCRA's calls to Redis went: why those
-// that failed did, and how long they all took. Its counters only grow,
-// from 0 when the GCRA was made.
+// CallStats is a snapshot of how a GCRA's calls to Redis went: why the
+// decisions and refunds Redis did not make failed, and how long the calls
+// took. Its counters only grow, from 0 when the GCRA was made.
 type CallStats struct {
-	// Failures counts the failed calls of Stats.Errors and
-	// Stats.RefundErrors together, by kind: its fields add up to Errors +
-	// RefundErrors.
+	// Failures counts the decisions of Stats.Errors and the refunds of
+	// Stats.RefundErrors together, one each, by the kind of the failure
+	// that left it undone: its fields add up to Errors + RefundErrors.
+	// Without leases each is one failed call. In lease mode several
+	// decisions may share one failed call, the lease they all waited for,
+	// and each counts under that call's kind; a decision whose caller's
+	// context ended while it waited counts as its context's end (Timeout
+	// or Canceled). A lease taken ahead that fails counts in
+	// LeaseStats.AheadErrors, not here.
 	Failures Failures
 	// Latency is the distribution of the time the calls took, decisions
 	// and refunds, answered or not, from the call's start to its reply or
@@ -61,26 +71,27 @@ type CallStats struct {
 	Latency Latency
 }
 
-// Failures counts failed calls to Redis by what went wrong, as far as the
-// error tells. When the time ran out while the client was failing to
-// connect, the call counts as Connection, not Timeout.
+// Failures counts the decisions and refunds Redis did not make by what
+// went wrong, as far as the error tells (see CallStats.Failures). When the
+// time ran out while the client was failing to connect, the failure counts
+// as Connection, not Timeout.
 type Failures struct {
-	// Timeout counts the calls whose deadline (WithTimeout's, or the
+	// Timeout counts the failures whose deadline (WithTimeout's, or the
 	// caller's context's) passed before Redis answered: Redis or the
 	// network was too slow, or the client waited too long for a
 	// connection from its pool. A refund that reached Redis after its
 	// deadline, and gave nothing back, counts here too.
 	Timeout uint64
-	// Connection counts the calls that could not reach Redis: a connection
+	// Connection counts the failures to reach Redis: a connection
 	// refused, reset or closed, an address that does not resolve, a
 	// client already closed.
 	Connection uint64
-	// Canceled counts the calls whose caller's context was canceled
+	// Canceled counts the failures whose caller's context was canceled
 	// before Redis answered: a client gone, not a fault of Redis.
 	Canceled uint64
-	// Server counts the calls Redis answered with an error (a key holding
-	// something other than a TAT, out of memory, a read-only replica, a
-	// cluster down) or with a reply the GCRA could not use.
+	// Server counts the failures Redis answered with an error (a key
+	// holding something other than a TAT, out of memory, a read-only
+	// replica, a cluster down) or with a reply the GCRA could not use.
 	Server uint64
 	// Other counts the failures of no kind above.
 	Other uint64
@@ -152,22 +163,29 @@ func bucket(d time.Duration) int {
 	return min(bits.Len64(n-1), LatencyBuckets)
 }
 
-// fail counts a failed call by the kind of err; dialFailed reports that
-// the client failed to connect while the call waited.
-func (c *counters) fail(err error, dialFailed bool) {
-	k := kindConnection
-	if !dialFailed {
-		k = classify(err)
-	}
-	c.failures[k].Add(1)
+// failure counts a decision or a refund Redis did not make by the kind of
+// err, the failure that left it undecided.
+func (c *counters) failure(err error) {
+	c.failures[classify(err)].Add(1)
 }
+
+// connectFailed is the error of a call whose time ran out while the client
+// was failing to connect: it says why connecting failed, and its kind is
+// Connection.
+type connectFailed struct{ err error }
+
+func (e *connectFailed) Error() string { return e.err.Error() }
+func (e *connectFailed) Unwrap() error { return e.err }
 
 // classify returns the kind of a failed call's error.
 func classify(err error) kind {
 	var redisErr redis.Error
 	var netErr net.Error
 	var errno syscall.Errno
+	var connect *connectFailed
 	switch {
+	case errors.As(err, &connect):
+		return kindConnection
 	case errors.As(err, &redisErr), errors.Is(err, errReply):
 		return kindServer
 	case errors.Is(err, context.Canceled):

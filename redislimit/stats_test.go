@@ -73,6 +73,7 @@ func TestClassify(t *testing.T) {
 		{"late refund", errLate, kindTimeout},
 		{"canceled", fmt.Errorf("%w: %w", context.Canceled, io.EOF), kindCanceled},
 		{"refused", refused, kindConnection},
+		{"deadline while connecting", &connectFailed{fmt.Errorf("%w, connecting failed: %w", context.DeadlineExceeded, refused)}, kindConnection},
 		{"errno", syscall.ECONNRESET, kindConnection},
 		{"eof", io.EOF, kindConnection},
 		{"closed client", redis.ErrClosed, kindConnection},
