@@ -96,11 +96,16 @@ func TestControllerWindows(t *testing.T) {
 		// then has 40 samples less the one still in progress per worker,
 		// and closes; it ends when those complete. Requests admitted at
 		// the instant it closes, as others complete, count in it too, up
-		// to one per place: 44 at most.
+		// to one per place: 44 at most. Worker k starts k microseconds
+		// after the window, so that no two report at one instant: the
+		// bubble runs the goroutines woken at one instant at once, in an
+		// order it does not fix, and a report that races the call ending
+		// the window may count in it without its latency.
 		var wg sync.WaitGroup
 		var refused atomic.Int64
-		for range 5 { // one more than the limit: refused now and then
+		for k := range 5 { // one more than the limit: refused now and then
 			wg.Go(func() {
+				time.Sleep(time.Duration(k) * time.Microsecond)
 				for i := range 12 {
 					o := adaptive.Success
 					if i == 3 {
