@@ -3,7 +3,10 @@
 # staticcheck, the tests under the race detector and each benchmark once
 # (so that they keep compiling and running), then the consumer check
 # (scripts/check/consumercheck: every released module installs with go get
-# at the version in VERSION, with lean module graphs).
+# at the version in VERSION, with lean module graphs). A check that fails
+# does not stop the others: each step of each module runs, and the run
+# ends with the list of the steps that failed (module and step), and
+# exits 1 if any did.
 #
 # Usage:
 #
@@ -30,6 +33,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+# Interrupted, the run stops, rather than going on to the next check.
+trap 'echo "test.sh: interrupted" >&2; exit 130' INT TERM
 
 staticcheck_version=0.8.2
 if [ "${LIMITS_QUICK:-}" = 1 ]; then
@@ -75,7 +80,7 @@ run_staticcheck() {
 			tools=${LIMITS_TOOLS:-$(go env GOCACHE)/limits-tools}/staticcheck-v$staticcheck_version
 			if [ ! -x "$tools/staticcheck" ]; then
 				echo "installing staticcheck v$staticcheck_version into $tools"
-				GOBIN=$tools GOFLAGS= go install "honnef.co/go/tools/cmd/staticcheck@v$staticcheck_version"
+				GOBIN=$tools GOFLAGS= go install "honnef.co/go/tools/cmd/staticcheck@v$staticcheck_version" || return
 			fi
 			STATICCHECK=$tools/staticcheck
 		fi
@@ -83,14 +88,31 @@ run_staticcheck() {
 	"$STATICCHECK" "$@"
 }
 
+# The steps that failed, as "module: step".
+failures=()
+
+# step runs the command that follows dir and name in the module's
+# directory dir, and records "dir: name" among the failures if it fails.
+step() {
+	local dir=$1 name=$2
+	shift 2
+	if ! (cd "$dir" && "$@"); then
+		echo "-- FAIL: $dir: $name" >&2
+		failures+=("$dir: $name")
+	fi
+}
+
 start=$SECONDS
 if [ ${#mods[@]} -gt 0 ]; then
 	# gofmt over the modules' directories (nested modules included).
-	unformatted=$(find "${mods[@]}" -name '*.go' -not -path '*/.git/*' -print0 | xargs -0 gofmt -l | sort -u)
-	if [ -n "$unformatted" ]; then
+	echo "== gofmt"
+	if ! unformatted=$(find "${mods[@]}" -name '*.go' -not -path '*/.git/*' -print0 | xargs -0 gofmt -l | sort -u); then
+		echo "-- FAIL: gofmt" >&2
+		failures+=("gofmt")
+	elif [ -n "$unformatted" ]; then
 		echo "gofmt would change:" >&2
 		echo "$unformatted" >&2
-		exit 1
+		failures+=("gofmt: would change ${unformatted//$'\n'/ }")
 	fi
 fi
 
@@ -102,24 +124,39 @@ times=()
 for dir in "${mods[@]}"; do
 	echo "== $dir"
 	t0=$SECONDS
-	(
-		cd "$dir"
-		go vet ./...
-		run_staticcheck ./...
-		go test $race -count=1 ./...
-		if [ "${LIMITS_NO_BENCH:-}" != 1 ]; then
-			go test -run '^$' -bench . -benchtime 1x ./...
-		fi
-	)
-	times+=("$(printf '%4ds  %s' $((SECONDS - t0)) "$dir")")
+	failed=${#failures[@]}
+	step "$dir" vet go vet ./...
+	step "$dir" staticcheck run_staticcheck ./...
+	step "$dir" tests go test $race -count=1 ./...
+	if [ "${LIMITS_NO_BENCH:-}" != 1 ]; then
+		step "$dir" benchmarks go test -run '^$' -bench . -benchtime 1x ./...
+	fi
+	mark=
+	if [ ${#failures[@]} -gt "$failed" ]; then
+		mark="  (failed)"
+	fi
+	times+=("$(printf '%4ds  %s%s' $((SECONDS - t0)) "$dir" "$mark")")
 done
 if [ "$consumer" = 1 ]; then
 	echo "== consumer check"
 	t0=$SECONDS
-	go -C scripts/check run ./consumercheck -root "$root"
-	times+=("$(printf '%4ds  %s' $((SECONDS - t0)) "consumer check")")
+	mark=
+	if ! go -C scripts/check run ./consumercheck -root "$root"; then
+		echo "-- FAIL: consumer check" >&2
+		failures+=("consumer check")
+		mark="  (failed)"
+	fi
+	times+=("$(printf '%4ds  %s%s' $((SECONDS - t0)) "consumer check" "$mark")")
 fi
 echo "== times"
-printf '%s\n' "${times[@]}"
+if [ ${#times[@]} -gt 0 ]; then
+	printf '%s\n' "${times[@]}"
+fi
 printf '%4ds  total\n' $((SECONDS - start))
+if [ ${#failures[@]} -gt 0 ]; then
+	echo "== failures"
+	printf '%s\n' "${failures[@]}"
+	echo "${#failures[@]} failed"
+	exit 1
+fi
 echo "all checks passed"
