@@ -11,10 +11,10 @@
 //     memory, however many keys there are, with counts that can be too high
 //     but never too low.
 //   - How much may this account use per day? That is a quota, and it must be
-//     exact: a GCRA with a long period (and, across a fleet, the Redis GCRA
-//     of package redislimit). ParseLimit reads limits such as "5000/day"
-//     from configuration, and NewGCRAFor builds a GCRA from one with an
-//     error rather than a panic.
+//     exact: a calendar quota of package quota, reset at midnight in a
+//     time zone, or a GCRA with a long period (and, across a fleet, the
+//     Redis GCRA of package redislimit). A Limit reads limits such as
+//     "5000/day" from configuration (UnmarshalText).
 //   - Can this process take one more request now? That is survival, and no
 //     per-caller count answers it: a hundred well-behaved callers can each
 //     pass their own limit and together sink the machine. Gate caps the
@@ -23,10 +23,9 @@
 //     key.
 //
 // Limiter is the contract between the limiters (GCRA in this process,
-// redislimit's across a fleet) and the front ends that apply them to
-// requests (packages httplimit and grpclimit): Take decides and charges,
-// Refund gives a charge back, so that a request refused by a later layer
-// costs nothing.
+// redislimit's across a fleet, a quota.Quota) and the admission engine that
+// applies them to requests: Take decides and charges, Refund gives a
+// charge back, so that a request refused by a later layer costs nothing.
 //
 // Estimator is the count-min sketch under Rate and Inflight, for counting
 // anything else per key in fixed memory. Its error depends on the number of
@@ -42,4 +41,22 @@
 // Inflight Guard gives back exactly what it took.
 //
 // Every type is safe for concurrent use, and none starts a goroutine.
+//
+// The packages around this one:
+//
+//   - admit: the admission engine, every layer in one order (exemptions,
+//     the gate, rates per client and per key, route policies, tiers,
+//     quotas, per-client concurrency), for any protocol, configured as
+//     data and changed while serving.
+//   - httplimit and grpclimit: the engine's adapters, net/http middleware
+//     and gRPC interceptors, with their client sides (httplimit.Transport,
+//     grpclimit.ClientInterceptor).
+//   - quota: calendar quotas, per day, week or month in a time zone.
+//   - pace: the engine of the client side, which keeps calls under the
+//     limits the servers announce.
+//   - adaptive: a controller that finds a Gate's limit from latency.
+//   - metrics: one description of every component's metrics, which the
+//     Prometheus and OpenTelemetry exporters (modules limitsprom and
+//     limitsotel) export.
+//   - heavy: the keys with the largest counts, next to a sketch.
 package limits

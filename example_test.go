@@ -41,12 +41,12 @@ func ExampleRate() {
 	// count so far: 5
 }
 
-func ExampleProportionalRate() {
+func ExampleRateComponents_Proportional() {
 	// 60 events in the last completed window, 10 so far in the current one,
 	// a quarter of which has passed: three quarters of the last window still
 	// lie within one interval of now.
 	c := limits.RateComponents{Prev: 60, Curr: 10, Interval: time.Minute, Fraction: 0.25}
-	fmt.Printf("%.2f events/s\n", limits.ProportionalRate(c))
+	fmt.Printf("%.2f events/s\n", c.Proportional())
 	// Output:
 	// 0.92 events/s
 }
@@ -109,10 +109,11 @@ func ExampleGCRA_AllowN() {
 	// invalid_cost
 }
 
-func ExampleParseLimit() {
-	l, err := limits.ParseLimit("100/min")
+func ExampleLimit_UnmarshalText() {
+	var l limits.Limit
+	err := l.UnmarshalText([]byte("100/min"))
 	fmt.Println(l.Events, l.Period, err)
-	_, err = limits.ParseLimit("100 per minute")
+	err = l.UnmarshalText([]byte("100 per minute"))
 	fmt.Println(err)
 	// Output:
 	// 100 1m0s <nil>

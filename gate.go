@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,6 +155,22 @@ func (p Priority) String() string {
 	return fmt.Sprintf("Priority(%d)", int8(p))
 }
 
+// MarshalText returns the class's name, as String does, so that a
+// Priority keys a map in JSON.
+func (p Priority) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// UnmarshalText sets p to the class named "sheddable", "default" or
+// "critical", in any case, or returns an error for another name.
+func (p *Priority) UnmarshalText(text []byte) error {
+	for _, c := range []Priority{PrioritySheddable, PriorityDefault, PriorityCritical} {
+		if strings.EqualFold(string(text), c.String()) {
+			*p = c
+			return nil
+		}
+	}
+	return fmt.Errorf("limits: no class is named %q: want sheddable, default or critical", text)
+}
+
 // class returns p's index, taking a value out of range as the nearest
 // class.
 func (p Priority) class() int {
@@ -227,56 +244,92 @@ type GateStats struct {
 	// Classes holds each class's figures, lowest first: Classes[0] is
 	// PrioritySheddable, Classes[1] PriorityDefault, Classes[2]
 	// PriorityCritical. Their Admitted and Shed add up to the gate's.
-	Classes [numClasses]GateClassStats `json:"classes"`
-}
-
-// GateClassStats is the part of a GateStats about one class of callers.
-type GateClassStats struct {
-	// Priority is the class.
-	Priority Priority `json:"priority"`
-	// Limit is the most callers inside below which the class may enter
-	// now: Max less the places reserved for the classes above it.
-	Limit int `json:"limit"`
-	// Admitted counts the callers of the class let in.
-	Admitted uint64 `json:"admitted"`
-	// Shed counts the callers of the class refused without waiting, or
-	// whose place in the queue went to a caller of a higher class. Those
-	// that waited and gave up are counted in GateStats.TimedOut only.
-	Shed uint64 `json:"shed"`
+	Classes [numClasses]struct {
+		// Priority is the class.
+		Priority Priority `json:"priority"`
+		// Limit is the most callers inside below which the class may
+		// enter now: Max less the places reserved for the classes above
+		// it.
+		Limit int `json:"limit"`
+		// Admitted counts the callers of the class let in.
+		Admitted uint64 `json:"admitted"`
+		// Shed counts the callers of the class refused without waiting,
+		// or whose place in the queue went to a caller of a higher class.
+		// Those that waited and gave up are counted in TimedOut only.
+		Shed uint64 `json:"shed"`
+	} `json:"classes"`
 }
 
 // NewGate returns a Gate admitting at most max callers at once, with the
 // reserves of WithReserve, its only option. It returns an error wrapping
-// ErrInvalidLimit if max < 1, if the reserves are not valid (the error
+// an error if max < 1, if the reserves are not valid (the error
 // names the option), or if an option does not apply to a Gate.
 func NewGate(max int, opts ...Option) (*Gate, error) {
+	g := &Gate{epoch: time.Now()}
+	max0, reserves, err := gateSize(max, opts)
+	if err != nil {
+		return nil, err
+	}
+	g.max0, g.reserve0 = max0, reserves
+	g.setMaxLocked(max0)
+	return g, nil
+}
+
+// gateSize checks a gate's size and its options, as NewGate takes them,
+// and returns the size and each class's reserve.
+func gateSize(max int, opts []Option) (int64, [numClasses]int64, error) {
+	var reserves [numClasses]int64
 	if max < 1 {
-		return nil, fmt.Errorf("%w: gate size must be >= 1, got %d", ErrInvalidLimit, max)
+		return 0, reserves, fmt.Errorf("%w: gate size must be >= 1, got %d", errInvalidLimit, max)
 	}
 	var o options
 	if err := collect(&o, opts, optReserve, "a Gate"); err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrInvalidLimit, err)
+		return 0, reserves, fmt.Errorf("%w: %s", errInvalidLimit, err)
 	}
-	g := &Gate{epoch: time.Now(), max0: int64(max)}
 	for _, r := range o.reserves {
 		if r.p != PriorityDefault && r.p != PriorityCritical {
-			return nil, fmt.Errorf("%w: WithReserve(%v, %d): the priority must be PriorityDefault or PriorityCritical", ErrInvalidLimit, r.p, r.n)
+			return 0, reserves, fmt.Errorf("%w: WithReserve(%v, %d): the priority must be PriorityDefault or PriorityCritical", errInvalidLimit, r.p, r.n)
 		}
 		if r.n < 0 {
-			return nil, fmt.Errorf("%w: WithReserve(%v, %d): the places reserved must be >= 0", ErrInvalidLimit, r.p, r.n)
+			return 0, reserves, fmt.Errorf("%w: WithReserve(%v, %d): the places reserved must be >= 0", errInvalidLimit, r.p, r.n)
 		}
-		g.reserve0[r.p.class()] = int64(r.n)
+		reserves[r.p.class()] = int64(r.n)
 	}
 	// Two reserves of at most math.MaxInt each add up within a uint64.
 	var sum uint64
-	for _, n := range g.reserve0 {
+	for _, n := range reserves {
 		sum += uint64(n)
 	}
 	if sum > uint64(max-1) {
-		return nil, fmt.Errorf("%w: WithReserve: %d places reserved in a gate of %d leave none for PrioritySheddable", ErrInvalidLimit, sum, max)
+		return 0, reserves, fmt.Errorf("%w: WithReserve: %d places reserved in a gate of %d leave none for PrioritySheddable", errInvalidLimit, sum, max)
 	}
-	g.setMaxLocked(int64(max))
-	return g, nil
+	return int64(max), reserves, nil
+}
+
+// SetSize changes the size g was made with, and its reserves, to max and
+// those of opts, as NewGate would make them: a configuration changed
+// while serving. The callers inside keep their places, and waiting
+// callers are let in as places free, as after SetMax; the reserves are
+// those opts give, none if it gives none. It returns an error, and
+// changes nothing, where NewGate would return one. A new size becomes the
+// maximum, and a controller that moves g's maximum (package adaptive)
+// moves it from there on; with the size unchanged, the maximum SetMax or
+// a controller set is kept, and only the reserves change, scaled to it.
+func (g *Gate) SetSize(max int, opts ...Option) error {
+	max0, reserves, err := gateSize(max, opts)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m := max0
+	if max0 == g.max0 {
+		m = g.max.Load()
+	}
+	g.max0, g.reserve0 = max0, reserves
+	g.setMaxLocked(m)
+	g.grant()
+	return nil
 }
 
 // setMaxLocked sets the gate's size and each class's limit, scaling the
@@ -619,13 +672,11 @@ func (g *Gate) Stats() GateStats {
 		Overloads:  g.overloads.Load(),
 	}
 	for c := range s.Classes {
-		cs := GateClassStats{
-			Priority: PrioritySheddable + Priority(c),
-			Limit:    int(g.lim[c].Load()),
-			Admitted: g.admitted[c].Load(),
-			Shed:     g.shed[c].Load(),
-		}
-		s.Classes[c] = cs
+		cs := &s.Classes[c]
+		cs.Priority = PrioritySheddable + Priority(c)
+		cs.Limit = int(g.lim[c].Load())
+		cs.Admitted = g.admitted[c].Load()
+		cs.Shed = g.shed[c].Load()
 		s.Admitted += cs.Admitted
 		s.Shed += cs.Shed
 	}

@@ -28,7 +28,7 @@ func mustGate(t testing.TB, n int) *Gate {
 func TestNewGateErrors(t *testing.T) {
 	for _, n := range []int{0, -1} {
 		g, err := NewGate(n)
-		if g != nil || !errors.Is(err, ErrInvalidLimit) || err.Error() != fmt.Sprintf("limits: invalid limit: gate size must be >= 1, got %d", n) {
+		if g != nil || !errors.Is(err, errInvalidLimit) || err.Error() != fmt.Sprintf("limits: invalid limit: gate size must be >= 1, got %d", n) {
 			t.Errorf("NewGate(%d) = %v, %v", n, g, err)
 		}
 	}
@@ -64,7 +64,7 @@ func TestGateTryEnter(t *testing.T) {
 	var zero Permit
 	zero.Release()
 	want := GateStats{Max: 2, InFlight: 0, Peak: 2, Admitted: 3, Shed: 2,
-		Classes: [3]GateClassStats{{PrioritySheddable, 2, 0, 0}, {PriorityDefault, 2, 3, 2}, {PriorityCritical, 2, 0, 0}}}
+		Classes: [3]classStats{{PrioritySheddable, 2, 0, 0}, {PriorityDefault, 2, 3, 2}, {PriorityCritical, 2, 0, 0}}}
 	if got := g.Stats(); got != want {
 		t.Errorf("Stats = %+v, want %+v", got, want)
 	}
@@ -115,7 +115,7 @@ func TestGateEnterWaits(t *testing.T) {
 		q.Release()
 		// Waits of 5ms (let in), 10ms and 2ms (given up).
 		want := GateStats{Max: 1, Peak: 1, Admitted: 2, Shed: 1, TimedOut: 2, Waited: 3, WaitTime: 17 * time.Millisecond,
-			Classes: [3]GateClassStats{{PrioritySheddable, 1, 0, 0}, {PriorityDefault, 1, 2, 1}, {PriorityCritical, 1, 0, 0}}}
+			Classes: [3]classStats{{PrioritySheddable, 1, 0, 0}, {PriorityDefault, 1, 2, 1}, {PriorityCritical, 1, 0, 0}}}
 		if got := g.Stats(); got != want {
 			t.Errorf("Stats = %+v, want %+v", got, want)
 		}
@@ -574,7 +574,7 @@ func TestNewGateReserveErrors(t *testing.T) {
 		{10, []Option{WithBurst(3)}, "limits: invalid limit: WithBurst does not apply to a Gate"},
 	} {
 		g, err := NewGate(c.max, c.opts...)
-		if g != nil || !errors.Is(err, ErrInvalidLimit) || err.Error() != c.want {
+		if g != nil || !errors.Is(err, errInvalidLimit) || err.Error() != c.want {
 			t.Errorf("NewGate(%d, ...) = %v, %v, want the error %q", c.max, g, err, c.want)
 		}
 	}
@@ -626,7 +626,7 @@ func TestGateSeedReserve(t *testing.T) {
 	if got := take(PriorityCritical, 13); got != 12 {
 		t.Errorf("critical: %d of 13 admitted, want the 12 reserved", got)
 	}
-	want := [3]GateClassStats{
+	want := [3]classStats{
 		{PrioritySheddable, 48, 30, 0},
 		{PriorityDefault, 48, 18, 13},
 		{PriorityCritical, 60, 12, 1},
@@ -1143,7 +1143,7 @@ func TestNewGateReservesPastMaxInt(t *testing.T) {
 		g, err := NewGate(10, WithReserve(PriorityCritical, c.crit), WithReserve(PriorityDefault, c.def))
 		want := fmt.Sprintf("limits: invalid limit: WithReserve: %d places reserved in a gate of 10 leave none for PrioritySheddable", uint64(c.crit)+uint64(c.def))
 		if err != nil {
-			if g != nil || !errors.Is(err, ErrInvalidLimit) || err.Error() != want {
+			if g != nil || !errors.Is(err, errInvalidLimit) || err.Error() != want {
 				t.Errorf("NewGate(10, WithReserve(critical, %d), WithReserve(default, %d)) = %v, %v, want the error %q", c.crit, c.def, g, err, want)
 			}
 			continue
@@ -1233,8 +1233,8 @@ func checkGateReserves(t *testing.T, max0, crit, def int, ms []int) {
 	case err == nil && !valid:
 		t.Errorf("%s makes a gate, want an error", name)
 	case err != nil:
-		if !errors.Is(err, ErrInvalidLimit) {
-			t.Errorf("%s = %v, want an error wrapping ErrInvalidLimit", name, err)
+		if !errors.Is(err, errInvalidLimit) {
+			t.Errorf("%s = %v, want an error wrapping errInvalidLimit", name, err)
 		}
 		return
 	}
@@ -1344,4 +1344,40 @@ func FuzzGateReserves(f *testing.F) {
 		}
 		checkGateReserves(t, max0, crit, def, ms)
 	})
+}
+
+// classStats is the type of an element of GateStats.Classes.
+type classStats = struct {
+	Priority Priority `json:"priority"`
+	Limit    int      `json:"limit"`
+	Admitted uint64   `json:"admitted"`
+	Shed     uint64   `json:"shed"`
+}
+
+// TestGateSetSize changes a gate's size and reserves: a new size is the
+// new maximum, and the same size keeps the maximum SetMax set.
+func TestGateSetSize(t *testing.T) {
+	g, err := NewGate(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.SetMax(6)
+	if err := g.SetSize(10, WithReserve(PriorityCritical, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if s := g.Stats(); s.Max != 6 || s.Classes[1].Limit != 4 || s.Classes[2].Limit != 6 {
+		t.Errorf("same size, new reserve: %+v", s)
+	}
+	if err := g.SetSize(20); err != nil {
+		t.Fatal(err)
+	}
+	if s := g.Stats(); s.Max != 20 || s.Classes[0].Limit != 20 {
+		t.Errorf("new size: %+v", s)
+	}
+	if err := g.SetSize(20, WithReserve(PriorityCritical, 20)); err == nil {
+		t.Error("a reserve of the whole gate accepted")
+	}
+	if s := g.Stats(); s.Max != 20 || s.Classes[0].Limit != 20 {
+		t.Errorf("a refused SetSize changed the gate: %+v", s)
+	}
 }

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -119,7 +120,8 @@ const maxSpan = gcra.MaxSpan
 // All methods are safe for concurrent use. The zero value is not usable;
 // call NewGCRA.
 type GCRA struct {
-	p        gcra.Policy
+	pol      atomic.Pointer[gcraPolicy]
+	setMu    sync.Mutex // serializes SetLimit
 	maxKeys  int64
 	start    time.Time
 	seed     maphash.Seed
@@ -147,6 +149,27 @@ type GCRA struct {
 	full      atomic.Uint64 // requests refused with ReasonTableFull
 }
 
+// gcraPolicy is a GCRA's limit: the policy decisions apply, and, while
+// keys charged under an earlier policy of a larger burst may remain (until
+// the GCRA's clock reaches until), the same with the larger lead those
+// keys may have.
+type gcraPolicy struct {
+	p, lead gcra.Policy
+	until   int64
+	// gen counts the policies g has had, from 0; dens[k] is the units a
+	// nanosecond is cut into under the k-th.
+	gen  uint32
+	dens []uint64
+}
+
+// at returns the policy to judge by at clock, g's clock.
+func (pol *gcraPolicy) at(clock int64) *gcra.Policy {
+	if clock < pol.until {
+		return &pol.lead
+	}
+	return &pol.p
+}
+
 // soonFan is the number of children of a node of soon: two cache lines.
 const soonFan = 16
 
@@ -170,8 +193,12 @@ type gcraShard struct {
 	mu    sync.Mutex
 	slots []gcraSlot
 	next  int64 // no key held expires before this (see expiry, changed)
-	used  int32 // slots not empty: holding a key, or a tombstone
-	held  int32 // slots holding a key, expired or not
+	used  int16 // slots not empty: holding a key, or a tombstone
+	held  int16 // slots holding a key, expired or not
+	// gen is the generation of the policy (see gcraPolicy) in whose units
+	// the fractions of the TATs the shard holds are: the policy's, or an
+	// earlier one's until the shard is next locked (see sync).
+	gen uint32
 	// base and mask locate slots without the lock, for prefetching only:
 	// the address of slots[0], and len(slots)-1.
 	base atomic.Uintptr
@@ -193,24 +220,14 @@ type gcraSlot struct {
 // NewGCRA returns a GCRA allowing each key limit events per period. It
 // panics if limit, period, the burst or the maximum number of keys is not
 // positive, or if burst*T, the time to recover a full burst, exceeds about
-// 73 years; NewGCRAFor returns these as errors.
+// 73 years. An engine (package admit) checks a limit read at run time
+// before it makes a GCRA of it.
 func NewGCRA(limit int, period time.Duration, opts ...Option) *GCRA {
 	g, err := newGCRA(limit, period, opts)
 	if err != nil {
 		panic("limits: " + err.Error())
 	}
 	return g
-}
-
-// NewGCRAFor returns a GCRA allowing each key l.Events per l.Period, or an
-// error wrapping ErrInvalidLimit where NewGCRA would panic: the constructor
-// for limits read at run time, as from ParseLimit.
-func NewGCRAFor(l Limit, opts ...Option) (*GCRA, error) {
-	g, err := newGCRA(l.Events, l.Period, opts)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrInvalidLimit, err)
-	}
-	return g, nil
 }
 
 func newGCRA(limit int, period time.Duration, opts []Option) (*GCRA, error) {
@@ -225,7 +242,8 @@ func newGCRA(limit int, period time.Duration, opts []Option) (*GCRA, error) {
 	if o.maxKeys < 1 || o.maxKeys > maxKeysLimit {
 		return nil, fmt.Errorf("max keys must be within 1-%d, got %d", maxKeysLimit, o.maxKeys)
 	}
-	g := &GCRA{p: p, maxKeys: int64(o.maxKeys), seed: maphash.MakeSeed()}
+	g := &GCRA{maxKeys: int64(o.maxKeys), seed: maphash.MakeSeed()}
+	g.pol.Store(&gcraPolicy{p: p, lead: p, dens: []uint64{p.Den}})
 	g.fracBits = uint(bits.Len64(p.Den - 1))
 	g.fracMask = 1<<g.fracBits - 1
 	// Enough shards of at most shardSlots for the cap at three-quarters
@@ -269,13 +287,13 @@ func newGCRA(limit int, period time.Duration, opts []Option) (*GCRA, error) {
 }
 
 // Limit returns the events allowed per period.
-func (g *GCRA) Limit() int { return g.p.Limit }
+func (g *GCRA) Limit() int { return g.pol.Load().p.Limit }
 
 // Period returns the period of the limit.
-func (g *GCRA) Period() time.Duration { return g.p.Period }
+func (g *GCRA) Period() time.Duration { return g.pol.Load().p.Period }
 
 // Burst returns the most unit requests a key may make at once.
-func (g *GCRA) Burst() int { return g.p.Burst }
+func (g *GCRA) Burst() int { return g.pol.Load().p.Burst }
 
 // MaxKeys returns the most keys the GCRA holds at once.
 func (g *GCRA) MaxKeys() int { return int(g.maxKeys) }
@@ -322,6 +340,12 @@ func (g *GCRA) Peek(key string) Decision {
 	return g.decide(0, false, maphash.String(g.seed, key), 1, false)
 }
 
+// PeekN is Peek for a request of cost n: what AllowN(key, n) would decide
+// now, charging nothing.
+func (g *GCRA) PeekN(key string, n int) Decision {
+	return g.decide(0, false, maphash.String(g.seed, key), n, false)
+}
+
 // PeekAt is Peek at time t, judged as AllowNAt judges it.
 func (g *GCRA) PeekAt(t time.Time, key string) Decision {
 	return g.decide(g.at(t), true, maphash.String(g.seed, key), 1, false)
@@ -363,7 +387,7 @@ func (g *GCRA) WaitN(ctx context.Context, key string, n int) error {
 		}
 		d := g.decide(0, false, h, n, true)
 		switch d.Reason {
-		case ReasonAllowed:
+		case reasonAllowed:
 			return nil
 		case ReasonRateLimited:
 		default:
@@ -408,26 +432,104 @@ func (g *GCRA) WaitN(ctx context.Context, key string, n int) error {
 // when a later layer refuses a request an earlier one charged, so that a
 // refused request costs nothing.
 func (g *GCRA) Refund(_ context.Context, key string, d Decision) error {
-	if !d.Allowed || d.Cost <= 0 || d.Cost > g.p.Burst {
+	if !d.Allowed || d.Cost <= 0 || d.Cost > d.Burst {
 		return nil
-	}
-	// The key's TAT just after the charge: known exactly for a Decision of
-	// g's, otherwise At + ResetAfter, rounded up to the nanosecond.
-	charged, rounded := d.mark, false
-	if d.src != g {
-		charged, rounded = gcra.Time{NS: g.at(d.At) + int64(d.ResetAfter)}, true
 	}
 	h := maphash.String(g.seed, key)
 	s, tag := g.shardOf(h), g.tagOf(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	pol := s.sync(g)
 	clock := g.clock(g.now())
 	i, _ := s.lookup(g, tag, clock)
 	if i < 0 {
 		return nil
 	}
-	s.store(g, i, g.p.Refund(s.load(g, i), charged, gcra.Time{NS: clock}, d.Cost, rounded), clock)
+	p := pol.at(clock)
+	// The key's TAT just after the charge, and the charge: known exactly
+	// for a Decision of g's, in the units of the policy it was made under,
+	// otherwise At + ResetAfter, rounded up to the nanosecond.
+	charged, rounded := d.mark, false
+	cost := p.Cost(d.Cost)
+	if d.src != g {
+		charged, rounded = gcra.Time{NS: g.at(d.At) + int64(d.ResetAfter)}, true
+	} else if d.Limit != p.Limit || d.Period != p.Period || d.Burst != p.Burst {
+		// Made under an earlier policy: its charge, in today's units,
+		// rounded down so as never to give back more than was taken.
+		op, err := gcra.Within(d.Limit, d.Period, d.Burst, 1<<g.fracBits)
+		if err != nil {
+			return nil
+		}
+		charged, cost = p.ConvertDown(charged, op.Den), p.ConvertDown(op.Cost(d.Cost), op.Den)
+	}
+	s.store(g, i, p.RefundCost(s.load(g, i), charged, gcra.Time{NS: clock}, cost, rounded), clock)
 	return nil
+}
+
+// SetLimit changes g's limit to limit events per period, in bursts of
+// burst (0 means limit), for every key, at once: the decisions made after
+// it apply the new limit, those before it the old. Each key keeps its TAT,
+// its state, so that a change never hands out a fresh burst: under a
+// stricter limit a key that owes more than the new burst allows waits
+// until it owes no more, and under a looser one it gains only the room the
+// new limit gives. A limit whose emission interval needs a finer cut of
+// the nanosecond than g keeps (set when g was made) is rounded up to it,
+// by less than a nanosecond per event. Refunds of decisions made before
+// the change give back what those decisions charged.
+//
+// It returns an error, and changes nothing, for a limit NewGCRA would
+// refuse. It is safe for concurrent use with every other method; the
+// table's keys are converted to the new limit shard by shard as calls
+// reach them, each conversion bounded by a shard's size.
+func (g *GCRA) SetLimit(limit int, period time.Duration, burst int) error {
+	if burst == 0 {
+		burst = limit
+	}
+	p, err := gcra.Within(limit, period, burst, 1<<g.fracBits)
+	if err != nil {
+		return fmt.Errorf("limits: %w", err)
+	}
+	g.setMu.Lock()
+	defer g.setMu.Unlock()
+	old := g.pol.Load()
+	if old.gen == math.MaxUint32 {
+		return errors.New("limits: SetLimit: too many changes")
+	}
+	next := &gcraPolicy{p: p, lead: p, gen: old.gen + 1, dens: append(old.dens, p.Den)}
+	// Keys charged before may run as far ahead as the old policy allowed
+	// (its lead, at most, until it runs out): while they may, the new
+	// policy keeps their lead rather than take it as its own burst.
+	clock := g.clock(g.now())
+	lead := p.Convert(old.at(clock).Lead, old.p.Den)
+	if gcra.Less(p.D, lead) {
+		next.lead.Lead = lead
+		next.until = clock + gcra.Ceil(lead)
+	}
+	g.pol.Store(next)
+	return nil
+}
+
+// sync brings the shard's fractions to the units of g's policy, if a
+// SetLimit changed them, and returns the policy. Each TAT is rounded up
+// to the new units, so that no key is left owing less; its expiry, the
+// whole nanosecond it reaches, does not change. s.mu is held.
+func (s *gcraShard) sync(g *GCRA) *gcraPolicy {
+	pol := g.pol.Load()
+	if s.gen == pol.gen {
+		return pol
+	}
+	if den := pol.dens[s.gen]; den != pol.p.Den {
+		for i := range s.slots {
+			e := &s.slots[i]
+			if e.tag <= tombstone {
+				continue
+			}
+			t := pol.p.Convert(gcra.Time{NS: e.tat, Frac: e.tag & g.fracMask}, den)
+			e.tag, e.tat = e.tag&^g.fracMask|t.Frac, t.NS
+		}
+	}
+	s.gen = pol.gen
+	return pol
 }
 
 // Reset forgets key's state, so that its next request finds its full
@@ -473,17 +575,6 @@ func (g *GCRA) tagOf(h uint64) uint64 { return h<<g.fracBits | 1<<63 }
 // the time at if dated, otherwise now. With charge false it only reports:
 // for a cost of 1 (Peek) whether a new key would find room, too.
 func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decision {
-	reason, cost := ReasonAllowed, n
-	switch {
-	case n < 0:
-		reason, cost, charge = ReasonInvalidCost, 0, false
-	case n > g.p.Burst:
-		reason, cost, charge = ReasonCostAboveBurst, 0, false
-	case n == 0:
-		charge = false
-	}
-	// A Peek of a new key needs a place for it as Allow would.
-	place := charge || cost > 0
 	if !dated {
 		if !g.live.Load() {
 			g.live.Store(true)
@@ -498,10 +589,23 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 	token := false
 	for attempt := 0; ; attempt++ {
 		s.mu.Lock()
+		pol := s.sync(g)
+		reason, cost, charge := reasonAllowed, n, charge
+		switch {
+		case n < 0:
+			reason, cost, charge = ReasonInvalidCost, 0, false
+		case n > pol.p.Burst:
+			reason, cost, charge = ReasonCostAboveBurst, 0, false
+		case n == 0:
+			charge = false
+		}
+		// A Peek of a new key needs a place for it as Allow would.
+		place := charge || cost > 0
 		real := g.now()
 		// clock is g's clock: no later decision is made before it, so a key
 		// whose TAT it has reached may be dropped.
 		clock := g.clock(real)
+		p := pol.at(clock)
 		now := real
 		if dated {
 			now = max(at, clock)
@@ -512,16 +616,16 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 		i, free := s.lookup(g, tag, clock)
 		var ahead gcra.Time
 		if i >= 0 {
-			ahead = g.p.Sub(s.load(g, i), gcra.Time{NS: now})
-			if gcra.Less(g.p.D, ahead) {
+			ahead = p.Sub(s.load(g, i), gcra.Time{NS: now})
+			if gcra.Less(p.Lead, ahead) {
 				// After a charge dated in the future: judge it at the
 				// earliest whole nanosecond consistent with the key's state.
-				late := gcra.Ceil(g.p.Sub(ahead, g.p.D))
+				late := gcra.Ceil(p.Sub(ahead, p.Lead))
 				now += late
-				ahead = g.p.Sub(ahead, gcra.Time{NS: late})
+				ahead = p.Sub(ahead, gcra.Time{NS: late})
 			}
 		}
-		allowed, after := g.p.Judge(ahead, cost, charge)
+		allowed, after := p.Judge(ahead, cost, charge)
 		if token && (!allowed || i >= 0 || free >= 0 && s.slots[free].tag > tombstone) {
 			// A racing call stored the key meanwhile, or a place of an
 			// expired key is on its way: the place kept is not needed.
@@ -530,9 +634,9 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 		}
 		if !allowed || !charge && (i >= 0 || !place) {
 			s.mu.Unlock()
-			return g.decision(g.p.Report(allowed, after, cost), reason, n, now, gcra.Time{})
+			return g.decision(p, p.Report(allowed, after, cost), reason, n, now, gcra.Time{})
 		}
-		tat := g.p.Add(gcra.Time{NS: now}, after)
+		tat := p.Add(gcra.Time{NS: now}, after)
 		switch {
 		case i >= 0:
 			s.store(g, i, tat, clock)
@@ -556,7 +660,7 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 			if g.swept.Load() < int64(len(g.shards)) && g.keys.Load() >= g.sweepFrom {
 				s.mu.Unlock()
 				g.sweep()
-				return g.decision(g.p.Report(true, after, cost), reason, n, now, tat)
+				return g.decision(p, p.Report(true, after, cost), reason, n, now, tat)
 			}
 		default:
 			// The table is at its cap, or this shard is full: free the
@@ -587,11 +691,11 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 				// shard's purge.
 				switch {
 				case free >= 0 && (freed > 0 || g.keys.Load() < g.maxKeys):
-					return g.decision(g.p.Report(true, after, cost), reason, n, now, gcra.Time{})
+					return g.decision(p, p.Report(true, after, cost), reason, n, now, gcra.Time{})
 				case own > 0 && attempt < 2:
 					continue
 				}
-				return g.decision(gcra.Result{}, ReasonTableFull, n, now, gcra.Time{})
+				return g.decision(p, gcra.Result{}, ReasonTableFull, n, now, gcra.Time{})
 			}
 			token = token || freed > 0 && keep > 0
 			if !token && freed == 0 && attempt < 2 && free >= 0 && g.reserve() {
@@ -605,15 +709,15 @@ func (g *GCRA) decide(at int64, dated bool, h uint64, n int, charge bool) Decisi
 				if charge {
 					g.full.Add(1)
 				}
-				return g.decision(gcra.Result{}, ReasonTableFull, n, now, gcra.Time{})
+				return g.decision(p, gcra.Result{}, ReasonTableFull, n, now, gcra.Time{})
 			}
 			continue
 		}
 		s.mu.Unlock()
 		if !charge {
-			return g.decision(g.p.Report(true, after, cost), reason, n, now, gcra.Time{})
+			return g.decision(p, p.Report(true, after, cost), reason, n, now, gcra.Time{})
 		}
-		return g.decision(g.p.Report(true, after, cost), reason, n, now, tat)
+		return g.decision(p, p.Report(true, after, cost), reason, n, now, tat)
 	}
 }
 
@@ -638,13 +742,13 @@ func (g *GCRA) clock(real int64) int64 {
 
 // decision builds the Decision for r, made at now; tat is the key's TAT
 // after a charge.
-func (g *GCRA) decision(r gcra.Result, reason Reason, n int, now int64, tat gcra.Time) Decision {
+func (g *GCRA) decision(p *gcra.Policy, r gcra.Result, reason Reason, n int, now int64, tat gcra.Time) Decision {
 	d := Decision{
-		Allowed:    r.Allowed && reason == ReasonAllowed,
+		Allowed:    r.Allowed && reason == reasonAllowed,
 		Reason:     reason,
-		Limit:      g.p.Limit,
-		Period:     g.p.Period,
-		Burst:      g.p.Burst,
+		Limit:      p.Limit,
+		Period:     p.Period,
+		Burst:      p.Burst,
 		Cost:       n,
 		Remaining:  r.Remaining,
 		ResetAfter: r.ResetAfter,
@@ -652,7 +756,7 @@ func (g *GCRA) decision(r gcra.Result, reason Reason, n int, now int64, tat gcra
 		src:        g,
 		mark:       tat,
 	}
-	if !r.Allowed && reason == ReasonAllowed {
+	if !r.Allowed && reason == reasonAllowed {
 		d.Reason, d.RetryAfter = ReasonRateLimited, r.RetryAfter
 	}
 	return d
@@ -1047,7 +1151,7 @@ func (s *gcraShard) purge(g *GCRA, now int64, keep int) int {
 		}
 		ch[c] = m
 	}
-	s.held -= int32(freed)
+	s.held -= int16(freed)
 	s.setNext(g, s.soonestChunk(g), now)
 	if freed > 0 {
 		g.keys.Add(int64(keep - freed))

@@ -370,7 +370,7 @@ func TestGCRAPeekFullShard(t *testing.T) {
 		if g.shardOf(maphash.String(g.seed, k)) != full {
 			continue
 		}
-		if full.used < int32(g.shardMax) {
+		if int(full.used) < g.shardMax {
 			if d := g.Allow(k); !d.Allowed {
 				t.Fatalf("%s, shard 0 holding %d: %+v", k, full.used, d)
 			}

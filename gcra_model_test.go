@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -20,11 +21,20 @@ import (
 // than maxKeys keys are in use.
 type mapGCRA struct {
 	mu      sync.Mutex
-	p       gcra.Policy
+	p       gcra.Policy // the policy decisions apply, with the lead of pol.at
+	pol     gcraPolicy
 	maxKeys int
 	tat     map[string]gcra.Time
 	live    bool  // a request was decided by the real clock
 	dated   int64 // the latest date given, as far as the real clock
+	// shard returns the shard of a key, and gens the generation of the
+	// policy each shard's keys are in the units of: the model converts
+	// TATs as the table does, shard by shard when one is reached, so that
+	// its roundings are the table's (see SetLimit). Without shard, all
+	// keys are in one shard.
+	shard    func(string) int
+	gens     map[int]uint32
+	fracBits uint
 }
 
 func newMapGCRA(limit int, period time.Duration, burst, maxKeys int) *mapGCRA {
@@ -32,7 +42,49 @@ func newMapGCRA(limit int, period time.Duration, burst, maxKeys int) *mapGCRA {
 	if err != nil {
 		panic(err)
 	}
-	return &mapGCRA{p: p, maxKeys: maxKeys, tat: map[string]gcra.Time{}, dated: math.MinInt64}
+	m := &mapGCRA{p: p, maxKeys: maxKeys, tat: map[string]gcra.Time{}, dated: math.MinInt64,
+		pol: gcraPolicy{p: p, lead: p, dens: []uint64{p.Den}}, gens: map[int]uint32{}, fracBits: 32}
+	m.shard = func(string) int { return 0 }
+	return m
+}
+
+// follow makes m convert TATs as g does: by g's shards, in g's units.
+func (m *mapGCRA) follow(g *GCRA) {
+	m.shard = func(k string) int { return int(g.shardOf(maphash.String(g.seed, k)).id) }
+	m.fracBits = g.fracBits
+}
+
+// sync brings the TATs of key's shard to the units of the policy, as the
+// table's sync does, and sets m.p to the policy to judge by at clock.
+func (m *mapGCRA) sync(key string, clock int64) {
+	id := m.shard(key)
+	if gen := m.gens[id]; gen != m.pol.gen {
+		from := m.pol.dens[gen]
+		for k, tat := range m.tat {
+			if m.shard(k) == id {
+				m.tat[k] = m.pol.p.Convert(tat, from)
+			}
+		}
+		m.gens[id] = m.pol.gen
+	}
+	m.p = *m.pol.at(clock)
+}
+
+// setLimit changes the model's limit as GCRA.SetLimit does.
+func (m *mapGCRA) setLimit(real int64, limit int, period time.Duration, burst int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, err := gcra.Within(limit, period, burst, 1<<m.fracBits)
+	if err != nil {
+		panic(err)
+	}
+	clock := m.clock(real)
+	next := gcraPolicy{p: p, lead: p, gen: m.pol.gen + 1, dens: append(m.pol.dens, p.Den)}
+	if lead := p.Convert(m.pol.at(clock).Lead, m.pol.p.Den); gcra.Less(p.D, lead) {
+		next.lead.Lead = lead
+		next.until = clock + gcra.Ceil(lead)
+	}
+	m.pol = next
 }
 
 // clock returns the model's clock, the time no decision is made before,
@@ -81,11 +133,12 @@ func (m *mapGCRA) allowN(real int64, dated bool, at int64, key string, n int, ch
 		m.dated = max(m.dated, min(at, real))
 	}
 	clock := m.clock(real)
+	m.sync(key, clock)
 	now := real
 	if dated {
 		now = max(at, clock)
 	}
-	reason, cost := ReasonAllowed, n
+	reason, cost := reasonAllowed, n
 	switch {
 	case n < 0:
 		reason, cost, charge = ReasonInvalidCost, 0, false
@@ -102,14 +155,14 @@ func (m *mapGCRA) allowN(real int64, dated bool, at int64, key string, n int, ch
 	var ahead gcra.Time
 	if found {
 		ahead = m.p.Sub(tat, gcra.Time{NS: now})
-		if gcra.Less(m.p.D, ahead) {
-			late := gcra.Ceil(m.p.Sub(ahead, m.p.D))
+		if gcra.Less(m.p.Lead, ahead) {
+			late := gcra.Ceil(m.p.Sub(ahead, m.p.Lead))
 			now += late
 			ahead = m.p.Sub(ahead, gcra.Time{NS: late})
 		}
 	}
 	r := m.p.Decide(ahead, cost, charge)
-	d := modelDecision{allowed: r.Allowed && reason == ReasonAllowed, reason: reason, remaining: r.Remaining, reset: r.ResetAfter, at: now}
+	d := modelDecision{allowed: r.Allowed && reason == reasonAllowed, reason: reason, remaining: r.Remaining, reset: r.ResetAfter, at: now}
 	if r.Allowed && !found && cost > 0 && len(m.tat) >= m.maxKeys && m.inUse(clock) >= m.maxKeys {
 		return modelDecision{reason: ReasonTableFull, at: now}
 	}
@@ -117,7 +170,7 @@ func (m *mapGCRA) allowN(real int64, dated bool, at int64, key string, n int, ch
 		d.mark = m.p.Add(gcra.Time{NS: now}, r.Ahead)
 		m.tat[key] = d.mark
 	}
-	if !r.Allowed && reason == ReasonAllowed {
+	if !r.Allowed && reason == reasonAllowed {
 		d.reason, d.retry = ReasonRateLimited, r.RetryAfter
 	}
 	return d
@@ -133,8 +186,15 @@ func (d modelDecision) same(g *GCRA, got Decision) bool {
 func (m *mapGCRA) refund(real int64, key string, d Decision, charged gcra.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if tat, ok := m.tat[key]; ok && d.Allowed && d.Cost > 0 {
-		m.tat[key] = m.p.Refund(tat, charged, gcra.Time{NS: m.clock(real)}, d.Cost, false)
+	clock := m.clock(real)
+	m.sync(key, clock)
+	if tat, ok := m.tat[key]; ok && d.Allowed && d.Cost > 0 && d.Cost <= d.Burst {
+		cost := m.p.Cost(d.Cost)
+		if d.Limit != m.p.Limit || d.Period != m.p.Period || d.Burst != m.p.Burst {
+			op, _ := gcra.Within(d.Limit, d.Period, d.Burst, 1<<m.fracBits)
+			charged, cost = m.p.ConvertDown(charged, op.Den), m.p.ConvertDown(op.Cost(d.Cost), op.Den)
+		}
+		m.tat[key] = m.p.RefundCost(tat, charged, gcra.Time{NS: clock}, cost, false)
 	}
 }
 
@@ -156,11 +216,12 @@ type modelRun struct {
 	// sleepEvery: time moves on once every sleepEvery calls, on average.
 	sleepEvery int
 	noWaits    bool
-	fill       int // the first fill calls charge distinct keys
+	fill       int  // the first fill calls charge distinct keys
+	setLimits  bool // SetLimit changes the limit now and then
 }
 
 func randomModelRun(rng *rand.Rand) modelRun {
-	r := modelRun{limit: 1 + rng.IntN(20), burst: 1 + rng.IntN(6), dates: rng.IntN(3), steps: 3000, sleepEvery: 4}
+	r := modelRun{limit: 1 + rng.IntN(20), burst: 1 + rng.IntN(6), dates: rng.IntN(3), steps: 3000, sleepEvery: 4, setLimits: rng.IntN(2) == 0}
 	r.period = time.Duration(1+rng.IntN(20)) * time.Duration([]int64{1, 7, 1000, 3_000_000}[rng.IntN(4)])
 	r.maxKeys = []int{1, 3, 10, 64, 100, 500, 2000, 100_000}[rng.IntN(8)]
 	r.nkeys = 1 + rng.IntN(2*min(r.maxKeys, 300))
@@ -178,14 +239,15 @@ func randomModelRun(rng *rand.Rand) modelRun {
 func (r modelRun) run(t *testing.T, rng *rand.Rand) {
 	g := NewGCRA(r.limit, r.period, WithBurst(r.burst), WithMaxKeys(r.maxKeys))
 	m := newMapGCRA(r.limit, r.period, r.burst, r.maxKeys)
+	m.follow(g)
 	ctx := context.Background()
 	T := int64(r.period) / int64(r.limit)
 	outstanding := map[string][]Decision{}
 	date := g.now() - int64(3*time.Hour) // the replay's clock
 	var reasons [8]int
-	waits, refunds, most := 0, 0, 0
+	waits, refunds, most, setLimits := 0, 0, 0, 0
 	defer func() {
-		t.Logf("decisions by reason %v, %d waits, %d refunds, at most %d keys held", reasons, waits, refunds, most)
+		t.Logf("decisions by reason %v, %d waits, %d refunds, %d new limits, at most %d keys held", reasons, waits, refunds, setLimits, most)
 	}()
 	for i := range r.steps {
 		if rng.IntN(r.sleepEvery) == 0 {
@@ -208,6 +270,18 @@ func (r modelRun) run(t *testing.T, rng *rand.Rand) {
 			at += int64(time.Hour)
 		}
 		real := g.now()
+		if r.setLimits && i >= r.fill && rng.IntN(100) == 0 {
+			// A new limit, stricter or looser, for every key at once.
+			limit := 1 + rng.IntN(20)
+			period := time.Duration(1+rng.IntN(20)) * time.Duration([]int64{1, 7, 1000, 3_000_000}[rng.IntN(4)])
+			burst := 1 + rng.IntN(6)
+			if err := g.SetLimit(limit, period, burst); err != nil {
+				t.Fatalf("step %d: SetLimit(%d, %v, %d): %v", i, limit, period, burst, err)
+			}
+			m.setLimit(real, limit, period, burst)
+			setLimits++
+			continue
+		}
 		var got Decision
 		var want modelDecision
 		op := rng.IntN(20)
@@ -216,7 +290,7 @@ func (r modelRun) run(t *testing.T, rng *rand.Rand) {
 		}
 		switch {
 		case op < 11:
-			n := rng.IntN(r.burst+3) - 1
+			n := rng.IntN(m.pol.p.Burst+3) - 1
 			if i < r.fill {
 				n = 1 + rng.IntN(r.burst)
 			}
@@ -230,12 +304,17 @@ func (r modelRun) run(t *testing.T, rng *rand.Rand) {
 				outstanding[k] = append(outstanding[k], got)
 			}
 		case op < 15:
-			if dated {
+			n := 1
+			switch {
+			case dated:
 				got = g.PeekAt(g.start.Add(time.Duration(at)), k)
-			} else {
+			case op == 14:
+				n = rng.IntN(m.pol.p.Burst+3) - 1
+				got = g.PeekN(k, n)
+			default:
 				got = g.Peek(k)
 			}
-			want = m.allowN(real, dated, at, k, 1, false)
+			want = m.allowN(real, dated, at, k, n, false)
 		case op < 18:
 			// Give back one of the key's charges still held, any of them:
 			// refunds in every order.
@@ -250,7 +329,7 @@ func (r modelRun) run(t *testing.T, rng *rand.Rand) {
 			continue
 		case op < 19 && r.dates != 1 && !r.noWaits:
 			// Wait, for at most a few emission intervals.
-			n := rng.IntN(r.burst+3) - 1
+			n := rng.IntN(m.pol.p.Burst+3) - 1
 			wctx, cancel := context.WithTimeout(ctx, time.Duration(rng.Int64N(3*T+1)+1))
 			err := g.WaitN(wctx, k, n)
 			cancel()
@@ -374,7 +453,7 @@ func TestGCRAConcurrentAgainstMapModel(t *testing.T) {
 						mu.Lock()
 						sent[k]++
 						switch d.Reason {
-						case ReasonAllowed:
+						case reasonAllowed:
 							got[k]++
 						case ReasonTableFull:
 							full[k]++

@@ -1,7 +1,7 @@
 package limits
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -38,25 +38,28 @@ func TestNewGCRAPanics(t *testing.T) {
 	}
 }
 
-func TestNewGCRAFor(t *testing.T) {
-	g, err := NewGCRAFor(Limit{5, time.Second}, WithBurst(2))
+func TestNewGCRAErrors(t *testing.T) {
+	g, err := newGCRA(5, time.Second, []Option{WithBurst(2)})
 	if err != nil || g.Limit() != 5 || g.Burst() != 2 {
-		t.Fatalf("NewGCRAFor(5/s, burst 2) = %v, %v", g, err)
+		t.Fatalf("newGCRA(5/s, burst 2) = %v, %v", g, err)
 	}
 	for _, tt := range []struct {
 		l    Limit
 		opts []Option
 		want string
 	}{
-		{Limit{0, time.Second}, nil, "limits: invalid limit: limit must be >= 1, got 0"},
-		{Limit{1, -time.Second}, nil, "limits: invalid limit: period must be > 0, got -1s"},
-		{Limit{1, time.Second}, []Option{WithBurst(-1)}, "limits: invalid limit: burst must be >= 1, got -1"},
-		{Limit{1, time.Second}, []Option{WithMaxKeys(-1)}, "limits: invalid limit: max keys must be within 1-268435456, got -1"},
-		{Limit{1, time.Hour}, []Option{WithBurst(1 << 20)}, "limits: invalid limit: a burst of 1048576 at 1 per 1h0m0s takes too long to recover"},
+		{Limit{0, time.Second}, nil, "limit must be >= 1, got 0"},
+		{Limit{1, -time.Second}, nil, "period must be > 0, got -1s"},
+		{Limit{1, time.Second}, []Option{WithBurst(-1)}, "burst must be >= 1, got -1"},
+		{Limit{1, time.Second}, []Option{WithMaxKeys(-1)}, "max keys must be within 1-268435456, got -1"},
+		{Limit{1, time.Hour}, []Option{WithBurst(1 << 20)}, "a burst of 1048576 at 1 per 1h0m0s takes too long to recover"},
 	} {
-		g, err := NewGCRAFor(tt.l, tt.opts...)
-		if g != nil || !errors.Is(err, ErrInvalidLimit) || err.Error() != tt.want {
-			t.Errorf("NewGCRAFor(%v) = %v, %v; want error %q", tt.l, g, err, tt.want)
+		g, err := newGCRA(tt.l.Events, tt.l.Period, tt.opts)
+		if g != nil || err == nil || err.Error() != tt.want {
+			t.Errorf("newGCRA(%v) = %v, %v; want error %q", tt.l, g, err, tt.want)
+		}
+		if got := mustPanic(t, func() { NewGCRA(tt.l.Events, tt.l.Period, tt.opts...) }); got != "limits: "+tt.want {
+			t.Errorf("NewGCRA(%v) panicked with %q", tt.l, got)
 		}
 	}
 }
@@ -148,8 +151,8 @@ func TestGCRACosts(t *testing.T) {
 
 func TestReasonString(t *testing.T) {
 	for r, want := range map[Reason]string{
-		ReasonAllowed: "allowed", ReasonRateLimited: "rate_limited", ReasonTableFull: "table_full",
-		ReasonCostAboveBurst: "cost_above_burst", ReasonInvalidCost: "invalid_cost", ReasonUnavailable: "unavailable", Reason(99): "reason(99)",
+		reasonAllowed: "allowed", ReasonRateLimited: "rate_limited", ReasonTableFull: "table_full",
+		ReasonCostAboveBurst: "cost_above_burst", ReasonInvalidCost: "invalid_cost", ReasonUnavailable: "limiter_error", Reason(99): "reason(99)",
 	} {
 		if got := r.String(); got != want {
 			t.Errorf("Reason(%d).String() = %q, want %q", r, got, want)
@@ -454,7 +457,7 @@ func TestGCRAManyKeysBoundedHeap(t *testing.T) {
 			}
 			buf = strconv.AppendInt(buf[:0], int64(i), 10)
 			switch d := g.Allow(string(buf)); d.Reason {
-			case ReasonAllowed:
+			case reasonAllowed:
 				allowed++
 			case ReasonTableFull:
 				full++
@@ -629,5 +632,114 @@ func TestGCRACompactKeepsKeysFindable(t *testing.T) {
 		if int(s.used) != len(keys) || int(s.held) != len(keys) {
 			t.Fatalf("trial %d: used %d, held %d, keys %d", trial, s.used, s.held, len(keys))
 		}
+	}
+}
+
+// TestGCRASetLimit checks the rule a change of limit keeps: each key keeps
+// its TAT, so a key that owes more than a stricter limit's burst waits
+// until it owes no more, and a change never hands out a fresh burst; the
+// decisions after it carry the new limit, and refunds of decisions before
+// it give back what they charged.
+func TestGCRASetLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewGCRA(100, time.Second) // T 10ms, burst 100
+		if d := g.AllowN("k", 100); !d.Allowed {
+			t.Fatal(d)
+		}
+		early := g.AllowN("j", 50)                             // to refund after the change
+		if err := g.SetLimit(10, time.Second, 5); err != nil { // T 100ms, burst 5: D 500ms
+			t.Fatal(err)
+		}
+		if g.Limit() != 10 || g.Burst() != 5 || g.Period() != time.Second {
+			t.Errorf("limit %d/%v burst %d", g.Limit(), g.Period(), g.Burst())
+		}
+		// j's refund of a charge of 50 at 10ms gives back 500ms.
+		before := g.Peek("j")
+		g.Refund(context.Background(), "j", early)
+		after := g.Peek("j")
+		if before.ResetAfter-after.ResetAfter != 500*time.Millisecond {
+			t.Errorf("refund across the change: reset %v then %v, want 500ms less", before.ResetAfter, after.ResetAfter)
+		}
+		// k owes 1s, twice the new burst: it waits until it owes 400ms.
+		d := g.Allow("k")
+		if d.Allowed || d.RetryAfter != 600*time.Millisecond || d.Limit != 10 || d.Burst != 5 || !d.At.Equal(time.Now()) {
+			t.Errorf("k after a stricter limit: %+v, want refused for 600ms", d)
+		}
+		time.Sleep(600 * time.Millisecond)
+		if d := g.Allow("k"); !d.Allowed || d.Remaining != 0 {
+			t.Errorf("k once it owes the new burst less one: %+v", d)
+		}
+		// A new key gets the new burst, no more.
+		n := 0
+		for g.Allow("new").Allowed {
+			n++
+		}
+		if n != 5 {
+			t.Errorf("a new key: %d allowed, want the new burst of 5", n)
+		}
+		// A looser limit gives only the room it adds: k owes 500ms (its
+		// burst of 5 at 100ms); at 100 a second with a burst of 100 (D 1s),
+		// it may make 50 more requests now, not 100.
+		if err := g.SetLimit(100, time.Second, 0); err != nil {
+			t.Fatal(err)
+		}
+		n = 0
+		for g.Allow("k").Allowed {
+			n++
+		}
+		if n != 50 {
+			t.Errorf("k after a looser limit: %d allowed, want 50", n)
+		}
+		for _, bad := range [][3]int{{0, 1, 1}, {1, 0, 1}, {1, 1, -1}} {
+			if err := g.SetLimit(bad[0], time.Duration(bad[1])*time.Second, bad[2]); err == nil {
+				t.Errorf("SetLimit(%v) accepted", bad)
+			}
+		}
+		if g.Limit() != 100 {
+			t.Errorf("a refused SetLimit changed the limit to %d", g.Limit())
+		}
+	})
+}
+
+// TestGCRASetLimitConcurrent changes the limit again and again while many
+// goroutines decide and refund, under -race: nothing panics, no key is
+// allowed more than the loosest limit allows, and every key's state stays
+// within what a limit allows.
+func TestGCRASetLimitConcurrent(t *testing.T) {
+	g := NewGCRA(1000, time.Second, WithMaxKeys(500))
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Go(func() {
+		rng := rand.New(rand.NewPCG(1, 2))
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			g.SetLimit(1+rng.IntN(2000), time.Duration(1+rng.IntN(3))*time.Second, 1+rng.IntN(50))
+		}
+	})
+	for w := range 8 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 3))
+			for range 5000 {
+				k := strconv.Itoa(rng.IntN(600))
+				d := g.AllowN(k, rng.IntN(5))
+				if d.Allowed && rng.IntN(3) == 0 {
+					g.Refund(context.Background(), k, d)
+				}
+				if d.Remaining > d.Burst || d.Reason == reasonAllowed != d.Allowed {
+					t.Errorf("%s: %+v", k, d)
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if g.Len() > 500 {
+		t.Errorf("%d keys held, above the cap", g.Len())
 	}
 }

@@ -21,14 +21,14 @@ func TestParseLimit(t *testing.T) {
 		{"1/500ms", Limit{1, 500 * time.Millisecond}},
 	}
 	for _, tt := range tests {
-		got, err := ParseLimit(tt.in)
+		got, err := parseLimit(tt.in)
 		if err != nil || got != tt.want {
-			t.Errorf("ParseLimit(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+			t.Errorf("parseLimit(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
 		}
 	}
 	for _, in := range []string{"", "100", "/min", "ten/min", "100/", "100/fortnight", "0/min", "-5/s", "5/-1s", "5/0s", "1.5/s", "100/min/s", "99999999999999999999/s", "1/2562047h", "3/700000h"} {
-		if l, err := ParseLimit(in); !errors.Is(err, ErrInvalidLimit) {
-			t.Errorf("ParseLimit(%q) = %v, %v; want ErrInvalidLimit", in, l, err)
+		if l, err := parseLimit(in); !errors.Is(err, errInvalidLimit) {
+			t.Errorf("parseLimit(%q) = %v, %v; want errInvalidLimit", in, l, err)
 		}
 	}
 }
@@ -47,8 +47,8 @@ func TestLimitString(t *testing.T) {
 		if got := tt.l.String(); got != tt.want {
 			t.Errorf("%#v.String() = %q, want %q", tt.l, got, tt.want)
 		}
-		if back, err := ParseLimit(tt.want); err != nil || back != tt.l {
-			t.Errorf("ParseLimit(%q) = %v, %v; want %v", tt.want, back, err, tt.l)
+		if back, err := parseLimit(tt.want); err != nil || back != tt.l {
+			t.Errorf("parseLimit(%q) = %v, %v; want %v", tt.want, back, err, tt.l)
 		}
 	}
 }
@@ -58,8 +58,8 @@ func TestLimitValidate(t *testing.T) {
 		t.Errorf("valid limit: %v", err)
 	}
 	for _, l := range []Limit{{0, time.Second}, {1, 0}, {-1, -time.Second}} {
-		if err := l.Validate(); !errors.Is(err, ErrInvalidLimit) {
-			t.Errorf("%#v.Validate() = %v, want ErrInvalidLimit", l, err)
+		if err := l.Validate(); !errors.Is(err, errInvalidLimit) {
+			t.Errorf("%#v.Validate() = %v, want errInvalidLimit", l, err)
 		}
 	}
 }
@@ -71,18 +71,18 @@ func FuzzParseLimit(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		l, err := ParseLimit(s)
+		l, err := parseLimit(s)
 		if err != nil {
-			if !errors.Is(err, ErrInvalidLimit) {
-				t.Fatalf("ParseLimit(%q): error %v does not wrap ErrInvalidLimit", s, err)
+			if !errors.Is(err, errInvalidLimit) {
+				t.Fatalf("parseLimit(%q): error %v does not wrap errInvalidLimit", s, err)
 			}
 			return
 		}
 		if l.Validate() != nil {
-			t.Fatalf("ParseLimit(%q) accepted the invalid %#v", s, l)
+			t.Fatalf("parseLimit(%q) accepted the invalid %#v", s, l)
 		}
-		if back, err := ParseLimit(l.String()); err != nil || back != l {
-			t.Fatalf("ParseLimit(%q) = %#v, but %q reads back as %#v, %v", s, l, l.String(), back, err)
+		if back, err := parseLimit(l.String()); err != nil || back != l {
+			t.Fatalf("parseLimit(%q) = %#v, but %q reads back as %#v, %v", s, l, l.String(), back, err)
 		}
 		NewGCRA(l.Events, l.Period) // must not panic for any accepted limit
 	})

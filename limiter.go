@@ -39,12 +39,13 @@ type Limiter interface {
 
 // Decision is the answer of a limiter to one request, returned by value. Its
 // durations are in nanoseconds, as time.Duration is; its zero value is the
-// answer to nothing (Allowed false, Reason ReasonAllowed) and is never
+// answer to nothing (Allowed false, the zero Reason) and is never
 // returned by a limiter.
 type Decision struct {
 	// Allowed reports whether the request may proceed.
 	Allowed bool
-	// Reason says why the request was refused, or is ReasonAllowed.
+	// Reason says why the request was refused; it is the zero Reason,
+	// "allowed", for an allowed request.
 	Reason Reason
 	// Limit is the policy's number of events per Period.
 	Limit int
@@ -77,12 +78,18 @@ type Decision struct {
 	mark gcra.Time
 }
 
-// Reason tells refusals apart. Its zero value is ReasonAllowed.
+// Reason says how a request went: allowed, or why it was refused. The
+// limiters return the reasons below; package admit, which runs the layers
+// of admission control (a gate, rate policies, per-client concurrency),
+// defines the reasons of its other layers, so that one type names every
+// outcome of every layer. Its zero value, whose code is "allowed", is
+// the reason of an allowed request (admit.Allowed names it). A Reason
+// indexes an array of its values: package admit counts outcomes so.
 type Reason uint8
 
 const (
-	// ReasonAllowed is the Reason of an allowed request.
-	ReasonAllowed Reason = iota
+	// reasonAllowed is the Reason of an allowed request: the zero Reason.
+	reasonAllowed Reason = iota
 	// ReasonRateLimited: the key has used its burst; see RetryAfter.
 	ReasonRateLimited
 	// ReasonTableFull: the key is new and the table is full of keys whose
@@ -96,14 +103,32 @@ const (
 	// ReasonUnavailable: a limiter whose state lives elsewhere (such as the
 	// Redis GCRA of package redislimit) could not reach it and refuses
 	// rather than let the request through unmetered. It always comes with
-	// an error; a GCRA never returns it.
+	// an error; a GCRA never returns it. Its code is "limiter_error".
 	ReasonUnavailable
 )
 
-var reasonNames = [...]string{"allowed", "rate_limited", "table_full", "cost_above_burst", "invalid_cost", "unavailable"}
+// reasonNames are the codes of every Reason, those of package admit
+// included, in the order of their values.
+var reasonNames = [...]string{"allowed", "rate_limited", "table_full", "cost_above_burst", "invalid_cost", "limiter_error",
+	"exempt", "server_busy", "request_timeout", "concurrency_limited", "concurrency_table_full"}
 
-// String returns the reason as a code for logs and responses, such as
-// "rate_limited".
+// MarshalText returns the reason's code, as String does.
+func (r Reason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// UnmarshalText sets r to the reason whose code is text, such as
+// "rate_limited", or returns an error if no reason has that code.
+func (r *Reason) UnmarshalText(text []byte) error {
+	for i, name := range reasonNames {
+		if string(text) == name {
+			*r = Reason(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("limits: no reason has the code %q", text)
+}
+
+// String returns the reason as a code for logs, responses and metric
+// labels, such as "rate_limited".
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) {
 		return reasonNames[r]

@@ -5,9 +5,8 @@ import "fmt"
 // Option configures what a constructor builds: WithBurst and WithMaxKeys
 // a GCRA, a Sizing the sketches of a Rate, an Inflight or an Estimator,
 // WithReserve a Gate. A constructor given an option that does not apply to
-// what it builds panics, naming the option (NewGCRAFor and NewGate return
-// an error instead): that is a programming error, not one of
-// configuration. Options are values, safe to share; the nil Option is not
+// what it builds panics, naming the option (NewGate returns an error
+// instead): that is a programming error, not one of configuration. Options are values, safe to share; the nil Option is not
 // valid.
 type Option interface {
 	apply(*options)

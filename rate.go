@@ -142,12 +142,12 @@ type RateComponents struct {
 	Fraction float64
 }
 
-// ProportionalRate estimates the per-second rate over the last interval, a
+// Proportional estimates the per-second rate over the last interval, a
 // sliding window: the current window's count plus the share of the previous
 // window's count that still falls within one interval of now, assuming the
 // previous window's events were spread evenly. It returns
 // (Prev*(1-Fraction) + Curr) / Interval.Seconds(), and is meant for RateWith.
-func ProportionalRate(c RateComponents) float64 {
+func (c RateComponents) Proportional() float64 {
 	return (float64(c.Prev)*(1-c.Fraction) + float64(c.Curr)) / c.Interval.Seconds()
 }
 
@@ -290,7 +290,7 @@ func (r *Rate) Rate(key string) float64 {
 
 // RateWith returns fn applied to key's counts in the current and latest
 // completed windows, for rate estimates of the caller's choosing (see
-// ProportionalRate). It changes nothing.
+// RateComponents.Proportional). It changes nothing.
 func (r *Rate) RateWith(key string, fn func(RateComponents) float64) float64 {
 	return fn(r.components(maphash.String(r.seed, key)))
 }

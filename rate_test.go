@@ -127,8 +127,8 @@ func TestRateComponents(t *testing.T) {
 			t.Errorf("components at 2.5s = %+v, want %+v", got, want)
 		}
 		// (6*(1-0.25) + 3) / 2
-		if p := r.RateWith("k", ProportionalRate); p != 3.75 {
-			t.Errorf("ProportionalRate = %v, want 3.75", p)
+		if p := r.RateWith("k", RateComponents.Proportional); p != 3.75 {
+			t.Errorf("Proportional = %v, want 3.75", p)
 		}
 		if p := r.Peek("k"); p != 3 {
 			t.Errorf("Peek = %d, want 3", p)
@@ -184,23 +184,23 @@ func TestRatePingoraProportional(t *testing.T) {
 		}
 		check("observe", float64(r.Observe("k", 3)), 3)
 		check("observe", float64(r.Observe("k", 2)), 5)
-		check("second 0 proportional", r.RateWith("k", ProportionalRate), 5)
+		check("second 0 proportional", r.RateWith("k", RateComponents.Proportional), 5)
 		time.Sleep(500 * time.Millisecond)
-		check("second 0.5 proportional", r.RateWith("k", ProportionalRate), 5)
+		check("second 0.5 proportional", r.RateWith("k", RateComponents.Proportional), 5)
 		check("second 0.5 rate", r.Rate("k"), 0)
 		time.Sleep(500 * time.Millisecond)
 		check("observe", float64(r.Observe("k", 4)), 4)
-		check("second 1 proportional", r.RateWith("k", ProportionalRate), 9)
+		check("second 1 proportional", r.RateWith("k", RateComponents.Proportional), 9)
 		time.Sleep(750 * time.Millisecond)
-		check("second 1.75 proportional", r.RateWith("k", ProportionalRate), 5*0.25+4)
+		check("second 1.75 proportional", r.RateWith("k", RateComponents.Proportional), 5*0.25+4)
 		time.Sleep(250 * time.Millisecond)
-		check("second 2 proportional", r.RateWith("k", ProportionalRate), 4)
+		check("second 2 proportional", r.RateWith("k", RateComponents.Proportional), 4)
 		check("second 2 rate", r.Rate("k"), 4)
 		time.Sleep(500 * time.Millisecond)
-		check("second 2.5 proportional", r.RateWith("k", ProportionalRate), 4.0/2)
+		check("second 2.5 proportional", r.RateWith("k", RateComponents.Proportional), 4.0/2)
 		check("second 2.5 rate", r.Rate("k"), 4)
 		time.Sleep(time.Second)
-		check("second 3.5 proportional", r.RateWith("k", ProportionalRate), 0)
+		check("second 3.5 proportional", r.RateWith("k", RateComponents.Proportional), 0)
 	})
 }
 
@@ -495,8 +495,8 @@ func TestRateShortIntervals(t *testing.T) {
 			if got, want := r.Rate("k"), 3/iv.Seconds(); got != want {
 				t.Errorf("interval %v: Rate = %v, want %v", iv, got, want)
 			}
-			if got := r.RateWith("k", ProportionalRate); math.IsNaN(got) || math.IsInf(got, 0) {
-				t.Errorf("interval %v: ProportionalRate = %v", iv, got)
+			if got := r.RateWith("k", RateComponents.Proportional); math.IsNaN(got) || math.IsInf(got, 0) {
+				t.Errorf("interval %v: Proportional = %v", iv, got)
 			}
 			if got := r.ResetIn(); got != iv {
 				t.Errorf("interval %v: ResetIn = %v", iv, got)
@@ -593,7 +593,7 @@ func TestRateAllocs(t *testing.T) {
 	allocs := testing.AllocsPerRun(1000, func() {
 		r.Observe("client-000123", 1)
 		r.Rate("client-000123")
-		r.RateWith("client-000123", ProportionalRate)
+		r.RateWith("client-000123", RateComponents.Proportional)
 		r.Peek("client-000123")
 	})
 	if allocs != 0 {

@@ -1,7 +1,6 @@
 package limits
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -115,8 +114,8 @@ func TestSizingAsOption(t *testing.T) {
 			t.Errorf("panicked with %q, want %q", got, name)
 		}
 	}
-	if _, err := NewGCRAFor(Limit{1, time.Second}, s); !errors.Is(err, ErrInvalidLimit) {
-		t.Errorf("NewGCRAFor with a Sizing: %v", err)
+	if _, err := newGCRA(1, time.Second, []Option{s}); err == nil {
+		t.Errorf("newGCRA with a Sizing: no error")
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/httplimit"
 )
 
@@ -16,10 +17,10 @@ import (
 // The bench module hosts this test because it may depend on chi, which the
 // core module must not.
 func TestHttplimitWithChi(t *testing.T) {
-	m, err := httplimit.New(httplimit.Config{
-		Exempt: httplimit.ExemptPaths("/healthz"),
+	m, err := httplimit.New(httplimit.Config{Limits: admit.Config{
+		Exempt: []string{"/healthz"},
 		Rate:   limits.Limit{Events: 2, Period: time.Hour},
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}

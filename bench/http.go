@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-chi/httprate"
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/httplimit"
 )
 
@@ -54,11 +55,11 @@ func Middlewares() []Middleware {
 			Name:  "HttplimitRate",
 			Label: "httplimit Rate",
 			Kind:  Ours,
-			Config: "`httplimit.New(Config{Rate: limits.Limit{Events: 1_000_000, Period: time.Minute}})`: a `limits.GCRA` " +
+			Config: "`httplimit.New(Config{Limits: admit.Config{Rate: limits.Limit{Events: 1_000_000, Period: time.Minute}}})`: a `limits.GCRA` " +
 				"keyed by the client address (`RemoteAddr`, IPv4 /32), burst 1,000,000; it sets the `RateLimit-Policy` " +
 				"and `RateLimit` headers on each response.",
 			New: func(events int, period time.Duration) (func(http.Handler) http.Handler, error) {
-				m, err := httplimit.New(httplimit.Config{Rate: limits.Limit{Events: events, Period: period}})
+				m, err := httplimit.New(httplimit.Config{Limits: admit.Config{Rate: limits.Limit{Events: events, Period: period}}})
 				if err != nil {
 					return nil, err
 				}
@@ -70,12 +71,12 @@ func Middlewares() []Middleware {
 			Label: "httplimit Gate + Rate",
 			Kind:  Ours,
 			Config: "As httplimit Rate, with `MaxInFlight: 1024`: each request also takes a place in a `limits.Gate` " +
-				"for the process, and the handler gets a request whose context holds that place.",
+				"for the process, held until the handler returns.",
 			New: func(events int, period time.Duration) (func(http.Handler) http.Handler, error) {
-				m, err := httplimit.New(httplimit.Config{
+				m, err := httplimit.New(httplimit.Config{Limits: admit.Config{
 					MaxInFlight: 1024,
 					Rate:        limits.Limit{Events: events, Period: period},
-				})
+				}})
 				if err != nil {
 					return nil, err
 				}

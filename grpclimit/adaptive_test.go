@@ -15,6 +15,7 @@ import (
 
 	"github.com/limitsgo/limits"
 	"github.com/limitsgo/limits/adaptive"
+	"github.com/limitsgo/limits/admit"
 )
 
 // TestAdaptiveFindsCapacity puts an Interceptor with an adaptive gate, its
@@ -23,7 +24,7 @@ import (
 // excess with Unavailable rather than let it queue.
 func TestAdaptiveFindsCapacity(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		it, err := New(Config{MaxInFlight: 64, Adaptive: &adaptive.Config{Samples: 20}})
+		it, err := New(Config{Limits: admit.Config{MaxInFlight: 64, Adaptive: &adaptive.Config{Samples: 20}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,8 +56,8 @@ func TestAdaptiveFindsCapacity(t *testing.T) {
 		if s.Adaptive.Limit < 3 || s.Adaptive.Limit > 6 {
 			t.Errorf("limit %d after 20s at twice the capacity of 4; history %+v", s.Adaptive.Limit, s.Adaptive.History)
 		}
-		if refused == 0 || uint64(refused) != s.ServerBusy {
-			t.Errorf("refused %d, ServerBusy %d", refused, s.ServerBusy)
+		if refused == 0 || uint64(refused) != s.Requests[admit.ServerBusy] {
+			t.Errorf("refused %d, ServerBusy %d", refused, s.Requests[admit.ServerBusy])
 		}
 	})
 }
@@ -66,10 +67,10 @@ func TestAdaptiveFindsCapacity(t *testing.T) {
 // and a stream counts once it is established.
 func TestAdaptiveOutcomes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		it, err := New(Config{
+		it, err := New(Config{Limits: admit.Config{
 			MaxInFlight: 8, Rate: limits.Limit{Events: 1, Period: time.Hour}, Burst: 1,
 			Adaptive: &adaptive.Config{Law: adaptive.AIMD{}, ProbeEvery: -1, Samples: 5, Window: 10 * time.Millisecond},
-		})
+		}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,12 +106,12 @@ func TestAdaptiveOutcomes(t *testing.T) {
 // TestAdaptiveStream checks that a stream holds its place in an adaptive
 // gate only until it is established, and reports it then.
 func TestAdaptiveStream(t *testing.T) {
-	it, err := New(Config{MaxInFlight: 1, Adaptive: &adaptive.Config{}})
+	it, err := New(Config{Limits: admit.Config{MaxInFlight: 1, Adaptive: &adaptive.Config{}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ss := &sendStream{ctx: peers(1)[0]}
-	info := &grpc.StreamServerInfo{FullMethod: methodSay}
+	info := &grpc.StreamServerInfo{FullMethod: methodChat}
 	err = it.Stream(nil, ss, info, func(srv any, s grpc.ServerStream) error {
 		if n := it.Stats().Gate.InFlight; n != 1 {
 			t.Errorf("in flight while setting up: %d", n)
@@ -126,41 +127,32 @@ func TestAdaptiveStream(t *testing.T) {
 	}
 }
 
-// sendStream is a server stream that accepts what is sent.
-type sendStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s *sendStream) Context() context.Context { return s.ctx }
-func (s *sendStream) SendMsg(any) error        { return nil }
-
 func TestAdaptiveConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  Config
 		want string
 	}{
-		{Config{Adaptive: &adaptive.Config{}}, "Adaptive needs MaxInFlight"},
-		{Config{QueueAdapt: time.Second}, "QueueAdapt needs MaxInFlight"},
-		{Config{MaxInFlight: 8, QueueAdapt: time.Second}, "QueueAdapt needs QueueWait"},
-		{Config{MaxInFlight: 8, QueueWait: time.Millisecond, QueueAdapt: -time.Second}, "QueueAdapt must not be negative"},
-		{Config{MaxInFlight: 8, Adaptive: &adaptive.Config{Max: 9}}, "must not exceed MaxInFlight"},
+		{Config{Limits: admit.Config{Adaptive: &adaptive.Config{}}}, "Adaptive needs MaxInFlight"},
+		{Config{Limits: admit.Config{QueueAdapt: time.Second}}, "QueueAdapt needs MaxInFlight"},
+		{Config{Limits: admit.Config{MaxInFlight: 8, QueueAdapt: time.Second}}, "QueueAdapt needs QueueWait"},
+		{Config{Limits: admit.Config{MaxInFlight: 8, QueueWait: time.Millisecond, QueueAdapt: -time.Second}}, "QueueAdapt must not be negative"},
+		{Config{Limits: admit.Config{MaxInFlight: 8, Adaptive: &adaptive.Config{Max: 9}}}, "must not exceed MaxInFlight"},
 	} {
 		it, err := New(tc.cfg)
 		if it != nil || err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "grpclimit: ") {
 			t.Errorf("New(%+v) = %v, %v; want an error with %q", tc.cfg, it, err, tc.want)
 		}
 	}
-	if _, err := New(Config{MaxInFlight: 8, Adaptive: &adaptive.Config{Min: 9}}); !errors.Is(err, adaptive.ErrConfig) {
+	if _, err := New(Config{Limits: admit.Config{MaxInFlight: 8, Adaptive: &adaptive.Config{Min: 9}}}); !errors.Is(err, adaptive.ErrConfig) {
 		t.Errorf("a bad adaptive.Config: %v, not adaptive.ErrConfig", err)
 	}
 	var c Config
 	env := map[string]string{"LIMITS_GRPC_ADAPTIVE": "gradient", "LIMITS_GRPC_ADAPTIVE_MIN": "3", "LIMITS_GRPC_QUEUE_ADAPT": "50ms"}
-	if err := c.LoadEnv("LIMITS_GRPC_", func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+	if err := c.Limits.LoadEnv("LIMITS_GRPC_", func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := c.Adaptive.Law.(adaptive.Gradient); !ok || c.Adaptive.Min != 3 || c.QueueAdapt != 50*time.Millisecond {
-		t.Errorf("LoadEnv read %+v, %v", c.Adaptive, c.QueueAdapt)
+	if _, ok := c.Limits.Adaptive.Law.(adaptive.Gradient); !ok || c.Limits.Adaptive.Min != 3 || c.Limits.QueueAdapt != 50*time.Millisecond {
+		t.Errorf("LoadEnv read %+v, %v", c.Limits.Adaptive, c.Limits.QueueAdapt)
 	}
 }
 
@@ -170,8 +162,8 @@ func TestAdaptiveConfigErrors(t *testing.T) {
 // as nothing.
 func TestAdaptiveCallOutcomes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		it, err := New(Config{MaxInFlight: 8, Timeout: 10 * time.Millisecond,
-			Adaptive: &adaptive.Config{Law: adaptive.AIMD{}, ProbeEvery: -1, Samples: 5, Window: time.Millisecond}})
+		it, err := New(Config{Limits: admit.Config{MaxInFlight: 8, Timeout: 10 * time.Millisecond,
+			Adaptive: &adaptive.Config{Law: adaptive.AIMD{}, ProbeEvery: -1, Samples: 5, Window: time.Millisecond}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,8 +177,8 @@ func TestAdaptiveCallOutcomes(t *testing.T) {
 			<-ctx.Done()
 			return nil, ctx.Err()
 		}
-		noTimeout, err := New(Config{MaxInFlight: 8,
-			Adaptive: &adaptive.Config{Law: adaptive.AIMD{}, ProbeEvery: -1, Samples: 5, Window: time.Millisecond}})
+		noTimeout, err := New(Config{Limits: admit.Config{MaxInFlight: 8,
+			Adaptive: &adaptive.Config{Law: adaptive.AIMD{}, ProbeEvery: -1, Samples: 5, Window: time.Millisecond}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -215,7 +207,7 @@ func TestAdaptiveCallOutcomes(t *testing.T) {
 			t.Errorf("calls past the client's deadline: dropped %d, limit %d", s.Dropped, s.Limit)
 		}
 		// Streams whose handler takes longer than Timeout to establish.
-		info := &grpc.StreamServerInfo{FullMethod: methodSay}
+		info := &grpc.StreamServerInfo{FullMethod: methodChat}
 		for _, ctx := range peers(30) {
 			it.Stream(nil, &sendStream{ctx: ctx}, info, func(srv any, s grpc.ServerStream) error {
 				time.Sleep(20 * time.Millisecond)

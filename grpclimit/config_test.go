@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"encoding/json"
 	"maps"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
@@ -10,8 +11,8 @@ import (
 	"time"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/httplimit"
-	"github.com/limitsgo/limits/internal/front"
 )
 
 func TestNewErrors(t *testing.T) {
@@ -20,34 +21,36 @@ func TestNewErrors(t *testing.T) {
 		cfg  Config
 		want string // in the error
 	}{
-		{Config{MaxInFlight: -1}, "MaxInFlight"},
-		{Config{QueueWait: -1}, "QueueWait"},
-		{Config{Timeout: -1}, "Timeout"},
-		{Config{BusyRetryAfter: -1}, "BusyRetryAfter"},
-		{Config{Rate: rate, Burst: -1}, "Burst"},
-		{Config{MaxKeys: -1}, "MaxKeys"},
-		{Config{LimiterTimeout: -1}, "LimiterTimeout"},
-		{Config{AddressMultiplier: -1}, "AddressMultiplier"},
-		{Config{MaxInFlightPerClient: -1}, "MaxInFlightPerClient"},
-		{Config{MaxStreamsPerClient: -1}, "MaxStreamsPerClient"},
-		{Config{Rate: limits.Limit{Events: 0, Period: time.Second}}, "Rate"},
-		{Config{Rate: limits.Limit{Events: 1}}, "Rate"},
-		{Config{IPv4Prefix: 33}, "prefix lengths"},
-		{Config{IPv6Prefix: -1}, "prefix lengths"},
-		{Config{ForwardedHeader: "x-client-ip"}, "ForwardedHeader"},
-		{Config{OnLimiterError: 2}, "OnLimiterError"},
-		{Config{Rate: rate, PolicyName: "naïve"}, "PolicyName"},
-		{Config{CallerKey: MetadataKey("authorization")}, "CallerKey needs Rate or CallerLimiter"},
-		{Config{LimitMessages: true, MaxInFlight: 1}, "LimitMessages"},
-		{Config{Rate: limits.Limit{Events: 1 << 62, Period: time.Hour}, CallerKey: MetadataKey("k")}, "overflows"},
+		{Config{Limits: admit.Config{MaxInFlight: -1}}, "MaxInFlight"},
+		{Config{Limits: admit.Config{QueueWait: -1}}, "QueueWait"},
+		{Config{Limits: admit.Config{Timeout: -1}}, "Timeout"},
+		{Config{Limits: admit.Config{BusyRetryAfter: -1}}, "BusyRetryAfter"},
+		{Config{Limits: admit.Config{Rate: rate, Burst: -1}}, "Burst"},
+		{Config{Limits: admit.Config{MaxKeys: -1}}, "MaxKeys"},
+		{Config{Limits: admit.Config{LimiterTimeout: -1}}, "LimiterTimeout"},
+		{Config{Limits: admit.Config{AddressMultiplier: -1}}, "AddressMultiplier"},
+		{Config{Limits: admit.Config{MaxInFlightPerClient: -1}}, "MaxInFlightPerClient"},
+		{Config{Limits: admit.Config{MaxStreamsPerClient: -1}}, "MaxStreamsPerClient"},
+		{Config{Limits: admit.Config{Rate: limits.Limit{Events: 0, Period: time.Second}}}, "Rate"},
+		{Config{Limits: admit.Config{Rate: limits.Limit{Events: 1}}}, "Rate"},
+		{Config{Limits: admit.Config{IPv4Prefix: 33}}, "IPv4Prefix"},
+		{Config{Limits: admit.Config{IPv6Prefix: -1}}, "IPv6Prefix"},
+		{Config{Limits: admit.Config{ForwardedHeader: "x-client-ip"}}, "ForwardedHeader"},
+		{Config{Limits: admit.Config{Headers: "bogus"}}, "Headers"},
+		{Config{Limits: admit.Config{Rate: rate, PolicyName: "naïve"}}, "PolicyName"},
+		{Config{Limits: admit.Config{CallerKey: "authorization"}}, "CallerKey needs Rate or CallerLimiter"},
+		{Config{Limits: admit.Config{Limiter: "shared"}}, `no limiter named "shared"`},
+		{Config{Limits: admit.Config{MaxInFlight: 1}, LimitMessages: true}, "LimitMessages"},
+		{Config{Limits: admit.Config{Rate: limits.Limit{Events: 1 << 62, Period: time.Hour}, CallerKey: "k"}}, "overflows"},
+		{Config{Limits: admit.Config{Exempt: []string{"/healthz"}}}, "Exempt[0]"},
 	} {
-		_, err := New(tt.cfg)
-		if err == nil || !strings.HasPrefix(err.Error(), "grpclimit: ") || !strings.Contains(err.Error(), tt.want) {
+		it, err := New(tt.cfg)
+		if it != nil || err == nil || !strings.HasPrefix(err.Error(), "grpclimit: ") || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("New(%+v) = %v, want an error naming %s", tt.cfg, err, tt.want)
 		}
 	}
 	// The first bad field in Config's order is named, every time.
-	cfg := Config{MaxInFlight: -1, QueueWait: -1, MaxStreamsPerClient: -1}
+	cfg := Config{Limits: admit.Config{MaxInFlight: -1, QueueWait: -1, MaxStreamsPerClient: -1}}
 	for range 20 {
 		if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "MaxInFlight") {
 			t.Fatalf("New with several bad fields: %v", err)
@@ -55,6 +58,16 @@ func TestNewErrors(t *testing.T) {
 	}
 	if _, err := New(Config{}); err != nil {
 		t.Errorf("the zero Config: %v", err)
+	}
+	// LimitMessages with any rate policy.
+	for _, l := range []admit.Config{
+		{Rate: rate},
+		{Limiters: named(&recorder{}), Limiter: "l"},
+		{Policies: []admit.Policy{{Name: "chat", Routes: []string{methodChat}, Rate: rate}}},
+	} {
+		if _, err := New(Config{Limits: l, LimitMessages: true}); err != nil {
+			t.Errorf("LimitMessages with %+v: %v", l, err)
+		}
 	}
 }
 
@@ -67,90 +80,64 @@ func TestLoadEnv(t *testing.T) {
 		"LIMITS_GRPC_TIMEOUT":                 "5s",
 		"LIMITS_GRPC_MAX_STREAMS_PER_CLIENT":  "8",
 		"LIMITS_GRPC_TRUSTED_PROXIES":         "10.0.0.0/8, 192.0.2.1",
-		"LIMITS_GRPC_FORWARDED_HEADER":        "X-Real-IP",
+		"LIMITS_GRPC_FORWARDED_HEADER":        "x-real-ip",
 		"LIMITS_GRPC_ON_LIMITER_ERROR":        "fail_open",
 		"LIMITS_GRPC_POLICY_NAME":             "grpc",
 		"LIMITS_GRPC_MAX_INFLIGHT_PER_CLIENT": "4",
+		"LIMITS_GRPC_EXEMPT":                  "/grpc.reflection.v1.ServerReflection/, /test.Echo/Watch",
+		"LIMITS_GRPC_LOGIN_RATE":              "5/h",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	c := Config{QueueWait: time.Millisecond, MaxKeys: 7}
-	if err := c.LoadEnv("LIMITS_GRPC_", lookup); err != nil {
+	c := Config{Limits: admit.Config{QueueWait: time.Millisecond, MaxKeys: 7,
+		Policies: []admit.Policy{{Name: "login", Routes: []string{methodSay}, Rate: limits.Limit{Events: 1, Period: time.Minute}}}}}
+	if err := c.Limits.LoadEnv("LIMITS_GRPC_", lookup); err != nil {
 		t.Fatal(err)
 	}
-	want := Config{
-		Rate: limits.Limit{Events: 100, Period: time.Minute}, Burst: 20, MaxKeys: 7, MaxInFlight: 64, Timeout: 5 * time.Second,
-		MaxStreamsPerClient: 8, MaxInFlightPerClient: 4, ForwardedHeader: "x-real-ip", OnLimiterError: FailOpen, PolicyName: "grpc",
-	}
-	if c.Rate != want.Rate || c.Burst != want.Burst || c.MaxKeys != want.MaxKeys || c.MaxInFlight != want.MaxInFlight ||
-		c.QueueWait != 0 || c.Timeout != want.Timeout || c.MaxStreamsPerClient != want.MaxStreamsPerClient ||
-		c.MaxInFlightPerClient != want.MaxInFlightPerClient || c.ForwardedHeader != want.ForwardedHeader ||
-		c.OnLimiterError != want.OnLimiterError || c.PolicyName != want.PolicyName ||
-		!slices.Equal(c.TrustedProxies, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.1/32")}) {
-		t.Errorf("LoadEnv: %+v", c)
+	l := c.Limits
+	if l.Rate != (limits.Limit{Events: 100, Period: time.Minute}) || l.Burst != 20 || l.MaxKeys != 7 || l.MaxInFlight != 64 ||
+		l.QueueWait != 0 || l.Timeout != 5*time.Second || l.MaxStreamsPerClient != 8 || l.MaxInFlightPerClient != 4 ||
+		l.ForwardedHeader != "X-Real-IP" || !l.FailOpen || l.PolicyName != "grpc" ||
+		!slices.Equal(l.TrustedProxies, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.1/32")}) ||
+		!slices.Equal(l.Exempt, []string{"/grpc.reflection.v1.ServerReflection/", methodWatch}) ||
+		l.Policies[0].Rate != (limits.Limit{Events: 5, Period: time.Hour}) {
+		t.Errorf("LoadEnv: %+v", l)
 	}
 	if _, err := New(c); err != nil {
 		t.Errorf("New of the loaded Config: %v", err)
 	}
 	for k, v := range map[string]string{
-		EnvRate: "0/min", EnvMaxStreamsPerClient: "-1", EnvTimeout: "0", EnvForwardedHeader: "x-client-ip", EnvTrustedProxies: "10.0.0.0/8,nope",
+		"LIMITS_RATE": "0/min", "LIMITS_MAX_STREAMS_PER_CLIENT": "-1", "LIMITS_TIMEOUT": "0",
+		"LIMITS_FORWARDED_HEADER": "x-client-ip", "LIMITS_TRUSTED_PROXIES": "10.0.0.0/8,nope",
 	} {
 		var c Config
-		err := c.LoadEnv("", func(name string) (string, bool) { return v, name == k })
-		if err == nil || !strings.HasPrefix(err.Error(), "grpclimit: "+k) {
+		err := c.Limits.LoadEnv("", func(name string) (string, bool) { return v, name == k })
+		if err == nil || !strings.Contains(err.Error(), k) {
 			t.Errorf("%s=%q: %v, want an error naming the variable", k, v, err)
 		}
 	}
-}
-
-// TestShared checks that the names grpclimit spells out are those the
-// front ends share.
-func TestShared(t *testing.T) {
-	for _, p := range [][2]string{
-		{ReasonRateLimited, front.ReasonRateLimited},
-		{ReasonServerBusy, front.ReasonServerBusy},
-		{ReasonRequestTimeout, front.ReasonRequestTimeout},
-		{ReasonLimiterError, front.ReasonLimiterError},
-		{ReasonTableFull, front.ReasonTableFull},
-		{ReasonCostAboveBurst, front.ReasonCostAboveBurst},
-		{ReasonInvalidCost, front.ReasonInvalidCost},
-		{ReasonConcurrencyLimited, front.ReasonConcurrencyLimited},
-		{ReasonConcurrencyTableFull, front.ReasonConcurrencyTableFull},
-		{EnvRate, front.EnvRate},
-		{EnvBurst, front.EnvBurst},
-		{EnvMaxKeys, front.EnvMaxKeys},
-		{EnvMaxInFlight, front.EnvMaxInFlight},
-		{EnvQueueWait, front.EnvQueueWait},
-		{EnvTimeout, front.EnvTimeout},
-		{EnvBusyRetryAfter, front.EnvBusyRetryAfter},
-		{EnvLimiterTimeout, front.EnvLimiterTimeout},
-		{EnvAddressMultiplier, front.EnvAddressMultiplier},
-		{EnvMaxInFlightPerClient, front.EnvMaxInFlightPerClient},
-		{EnvTrustedProxies, front.EnvTrustedProxies},
-		{EnvForwardedHeader, front.EnvForwardedHeader},
-		{EnvOnLimiterError, front.EnvOnLimiterError},
-		{EnvPolicyName, front.EnvPolicyName},
-		{KeylessPolicy, front.KeylessPolicy},
-	} {
-		if p[0] != p[1] {
-			t.Errorf("%q, shared %q", p[0], p[1])
-		}
+	// A route read from the environment that is no gRPC method.
+	var bad Config
+	if err := bad.Limits.LoadEnv("", func(name string) (string, bool) { return "/healthz", name == "LIMITS_EXEMPT" }); err != nil {
+		t.Fatal(err)
 	}
-	if DefaultMaxKeys != front.DefaultMaxKeys || DefaultAddressMultiplier != front.DefaultAddressMultiplier {
-		t.Error("defaults differ from the shared ones")
-	}
-	if FailClosed != ErrorPolicy(httplimit.FailClosed) || FailOpen != ErrorPolicy(httplimit.FailOpen) {
-		t.Error("ErrorPolicy values differ from httplimit's")
+	if _, err := New(bad); err == nil || !strings.Contains(err.Error(), "Exempt[0]") {
+		t.Errorf("LIMITS_EXEMPT=/healthz: New = %v, want an error naming Exempt[0]", err)
 	}
 }
 
-// TestStatsShape checks that Stats marshals to the JSON of
-// httplimit.Stats, field for field, so that one collector reads both.
-func TestStatsShape(t *testing.T) {
-	it := mustNew(t, Config{MaxInFlight: 1, Rate: limits.Limit{Events: 1, Period: time.Second}, CallerKey: MetadataKey("k")})
-	m, err := httplimit.New(httplimit.Config{MaxInFlight: 1, Rate: limits.Limit{Events: 1, Period: time.Second}, CallerKey: httplimit.HeaderKey("k")})
+// TestStats checks that Stats says its protocol, and marshals to the JSON
+// of httplimit's, key for key, so that one collector reads both.
+func TestStats(t *testing.T) {
+	cfg := admit.Config{MaxInFlight: 1, Rate: limits.Limit{Events: 1, Period: time.Second}, CallerKey: "k",
+		Policies: []admit.Policy{{Name: "login", Routes: []string{methodSay}, Rate: limits.Limit{Events: 1, Period: time.Second}}}}
+	it := mustNew(t, Config{Limits: cfg})
+	hcfg := cfg
+	hcfg.Policies = []admit.Policy{{Name: "login", Routes: []string{"/login"}, Rate: limits.Limit{Events: 1, Period: time.Second}}}
+	m, err := httplimit.New(httplimit.Config{Limits: hcfg})
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.Handler(http.NotFoundHandler()) // a Middleware in use
 	shape := func(v any) []string {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -176,29 +163,21 @@ func TestStatsShape(t *testing.T) {
 		walk("", m)
 		return keys
 	}
-	got, want := shape(it.Stats()), shape(m.Stats())
-	if !slices.Equal(got, want) {
+	s, hs := it.Stats(), m.Stats()
+	if s.Protocol != "grpc" || hs.Protocol != "http" {
+		t.Errorf("protocols %q and %q", s.Protocol, hs.Protocol)
+	}
+	if got, want := shape(s), shape(hs); !slices.Equal(got, want) {
 		t.Errorf("Stats JSON keys\n got  %q\n want %q", got, want)
 	}
-	if b, _ := json.Marshal(mustNew(t, Config{}).Stats()); strings.Contains(string(b), "gate") || strings.Contains(string(b), "policies") {
-		t.Errorf("Stats without a gate or policies: %s", b)
+	if b, _ := json.Marshal(mustNew(t, Config{}).Stats()); strings.Contains(string(b), "gate") || strings.Contains(string(b), "policies") || strings.Contains(string(b), "routes") {
+		t.Errorf("Stats without a gate, policies or routes: %s", b)
 	}
-	pols := it.Stats().Policies
-	if len(pols) != 3 || pols[0].Name != "address" || pols[1].Name != "default" || pols[2].Name != "keyless" {
+	pols := s.Policies
+	if len(pols) != 4 || pols[0].Name != "address" || pols[1].Name != "default" || pols[2].Name != "keyless" || pols[3].Name != "login" {
 		t.Errorf("policies %+v", pols)
 	}
-}
-
-// TestConfigFields checks Config against the fields every front end's
-// Config has (front.ConfigFields, documented in full on httplimit.Config),
-// as httplimit checks its own: a field added to one front end and not to
-// the other, or typed otherwise, fails one of them, and so does a shared
-// variable LoadEnv does not read into its field.
-func TestConfigFields(t *testing.T) {
-	if err := front.CheckFrontEnd(func(lookup func(string) (string, bool)) (any, error) {
-		c := new(Config)
-		return c, c.LoadEnv("", lookup)
-	}, "MaxStreamsPerClient", "LimitMessages"); err != nil {
-		t.Error(err)
+	if len(s.Routes) != 2 || s.Routes[0].Route != methodSay || s.Routes[1].Route != "other" {
+		t.Errorf("routes %+v", s.Routes)
 	}
 }

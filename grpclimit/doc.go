@@ -1,24 +1,29 @@
 // Package grpclimit provides gRPC server interceptors that protect a
-// service with the limiters of package limits, in the layers, and with the
-// behaviour, of package httplimit: exemptions for the health service, a
-// capacity gate for the whole process, a rate limit per client address
-// (and per caller key, such as an API key), and caps on the calls and
-// streams each client has in progress.
+// service with the layers of package admit, as package httplimit does for
+// HTTP: exemptions for the health service, a capacity gate for the whole
+// process, a rate limit per client address (and per caller key, such as an
+// API key), the rate policies of the call's service and method, and caps
+// on the calls and streams each client has in progress.
 //
-//	l, err := grpclimit.New(grpclimit.Config{
+//	l, err := grpclimit.New(grpclimit.Config{Limits: admit.Config{
 //		MaxInFlight: 512,
 //		Rate:        limits.Limit{Events: 100, Period: time.Minute},
-//	})
+//	}})
 //	if err != nil {
 //		log.Fatal(err)
 //	}
 //	srv := grpc.NewServer(l.ServerOptions()...)
 //
-// Interceptor.Method adds rate policies of a method or a service, after
-// Config's, all or nothing, as httplimit.Middleware.With does for a
-// route. Config.Gate shares one gate (and Config.Controller its adaptive
-// controller) with an httplimit.Middleware and with code that calls the
-// gate directly: one capacity for the process, whatever the protocol.
+// The policies of Limits.Policies whose Routes name a method
+// ("/package.Service/Method") or a service ("/package.Service/") limit
+// its calls, after Config's own buckets, all or nothing. Limits.Gate
+// shares one gate (and Limits.Controller its adaptive controller) with an
+// httplimit.Middleware and with code that calls the gate directly: one
+// capacity for the process, whatever the protocol. Limits is data: it
+// reads from a JSON file and from the environment (admit.Config.LoadEnv),
+// and Interceptor.Update replaces it while the interceptor serves, keeping
+// every key's state and every counter. ClientInterceptor is the client
+// side: it keeps outbound calls under the limits of the servers they call.
 //
 // # Refusals
 //
@@ -57,15 +62,15 @@
 // A stream is charged as one call when it opens. It holds its place in
 // the gate only while it is set up, and gives it back once established
 // (see Interceptor.Stream), so that long-lived streams do not fill the
-// gate; MaxStreamsPerClient caps the streams each client has open.
+// gate; Limits.MaxStreamsPerClient caps the streams each client has open.
 // LimitMessages charges the messages a stream receives too.
 //
 // # The contract across layers
 //
 // The layers run in one order: exemptions, capacity (the gate, then the
-// deadline), the client address's bucket, the caller key's bucket,
-// per-client concurrency. The order is part of the contract, and so is
-// this:
+// deadline), the client address's bucket, the caller key's bucket, the
+// policies of the call's service and method, per-client concurrency. The
+// order is part of the contract, and so is this:
 //
 //   - A refused call costs nothing: when a layer refuses, the buckets
 //     earlier layers charged are given back, leaving each key owing no
@@ -76,11 +81,11 @@
 //     allowance.
 //   - Every wait is bounded: the gate's queue by QueueWait (with an
 //     adaptive gate and no QueueWait, by the controller's wait, at most
-//     the mean latency), each call of a limiter by LimiterTimeout, the unary call from its admission (limiter
-//     calls and handler together) by Timeout. Past the
-//     bound the layer's policy applies, and every place taken is given
-//     back on every way out: return, panic, client gone, timeout,
-//     ReleaseCapacity.
+//     the mean latency), each call of a limiter by LimiterTimeout, the
+//     unary call from its admission (limiter calls and handler together)
+//     by Timeout. Past the bound the layer's policy applies, and every
+//     place taken is given back on every way out: return, panic, client
+//     gone, timeout, ReleaseCapacity.
 //   - Per-client concurrency is counted exactly for each client.
 //   - A refusal reports the layer that refused: its code, reason and
 //     policy, and a retry delay only when waiting helps, never earlier

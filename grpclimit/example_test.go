@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/grpclimit"
 )
 
@@ -86,10 +87,10 @@ func hello(conn *grpc.ClientConn, md ...string) {
 }
 
 func Example() {
-	l, err := grpclimit.New(grpclimit.Config{
+	l, err := grpclimit.New(grpclimit.Config{Limits: admit.Config{
 		MaxInFlight: 512,                                          // Unavailable server_busy beyond
 		Rate:        limits.Limit{Events: 2, Period: time.Minute}, // ResourceExhausted rate_limited, per client address
-	})
+	}})
 	if err != nil {
 		panic(err)
 	}
@@ -102,7 +103,7 @@ func Example() {
 	resp, _ := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
 	fmt.Println("health:", resp.GetStatus())
 	s := l.Stats()
-	fmt.Println("allowed", s.Allowed, "rate limited", s.RateLimited, "exempt", s.Exempt)
+	fmt.Println("allowed", s.Requests[admit.Allowed], "rate limited", s.Requests[limits.ReasonRateLimited], "exempt", s.Requests[admit.Exempt])
 	// Output:
 	// hello, gopher
 	// hello, gopher
@@ -114,11 +115,11 @@ func Example() {
 // A caller key, here the authorization metadata, gives each token its
 // own bucket, while the client address keeps one of its own that tokens
 // cannot escape: four times the rate by default.
-func ExampleMetadataKey() {
-	l, err := grpclimit.New(grpclimit.Config{
+func ExampleConfig_callerKey() {
+	l, err := grpclimit.New(grpclimit.Config{Limits: admit.Config{
 		Rate:      limits.Limit{Events: 1, Period: time.Hour},
-		CallerKey: grpclimit.MetadataKey("authorization"),
-	})
+		CallerKey: "authorization",
+	}})
 	if err != nil {
 		panic(err)
 	}
@@ -128,7 +129,7 @@ func ExampleMetadataKey() {
 	hello(conn, "authorization", "Bearer alice") // alice's bucket is empty
 	hello(conn, "authorization", "Bearer bob")
 	for _, p := range l.Stats().Policies {
-		fmt.Printf("%s: allowed %d, rate limited %d\n", p.Name, p.Allowed, p.RateLimited)
+		fmt.Printf("%s: allowed %d, rate limited %d\n", p.Name, p.Requests[admit.Allowed], p.Requests[limits.ReasonRateLimited])
 	}
 	// Output:
 	// hello, gopher
@@ -143,7 +144,7 @@ func ExampleMetadataKey() {
 // sends; a handler that is done with the costly part before that can give
 // the place back at once, and wait for events for hours.
 func ExampleReleaseCapacity() {
-	l, err := grpclimit.New(grpclimit.Config{MaxInFlight: 1})
+	l, err := grpclimit.New(grpclimit.Config{Limits: admit.Config{MaxInFlight: 1}})
 	if err != nil {
 		panic(err)
 	}
@@ -178,23 +179,40 @@ func ExampleReleaseCapacity() {
 	// hello, gopher
 }
 
-// ExampleInterceptor_Method limits a login method to 2 calls a minute per
-// client under a service-wide 10: the logins refused by their policy are
-// given back to the service-wide bucket.
-func ExampleInterceptor_Method() {
-	l, err := grpclimit.New(grpclimit.Config{Rate: limits.Limit{Events: 10, Period: time.Minute}})
+// A policy of one method, here a login limited to 2 calls a minute per
+// client under a service-wide 10: the logins it refuses are given back to
+// the service-wide bucket, and Stats counts them under the method's
+// route. A route names a method ("/package.Service/Method") or a service
+// ("/package.Service/"); New refuses anything else.
+func ExampleConfig_policies() {
+	cfg := grpclimit.Config{Limits: admit.Config{
+		Rate: limits.Limit{Events: 10, Period: time.Minute},
+		Policies: []admit.Policy{{
+			Name:   "login",
+			Routes: []string{"/demo.Greeter/Hello"},
+			Rate:   limits.Limit{Events: 2, Period: time.Minute},
+		}},
+	}}
+	l, err := grpclimit.New(cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := l.Method("/shop.Auth/Login", grpclimit.Policy{Name: "login", Rate: limits.Limit{Events: 2, Period: time.Minute}}); err != nil {
-		log.Fatal(err)
+	conn, stop := serve(l.ServerOptions())
+	defer stop()
+	for range 3 {
+		hello(conn)
 	}
-	fmt.Println(l.Method("/shop.Auth/Login"))
-	for _, p := range l.Stats().Policies {
-		fmt.Println(p.Name)
+	for _, r := range l.Stats().Routes {
+		fmt.Printf("%s: allowed %d, rate limited %d\n", r.Route, r.Requests[admit.Allowed], r.Requests[limits.ReasonRateLimited])
 	}
+	cfg.Limits.Policies[0].Routes = []string{"demo.Greeter/Hello"}
+	_, err = grpclimit.New(cfg)
+	fmt.Println(err)
 	// Output:
-	// grpclimit: Method "/shop.Auth/Login": registered before
-	// default
-	// login
+	// hello, gopher
+	// hello, gopher
+	// ResourceExhausted rate_limited retry 30s
+	// /demo.Greeter/Hello: allowed 2, rate limited 1
+	// other: allowed 0, rate limited 0
+	// grpclimit: Limits: Policies[0] ("login").Routes[0]: "demo.Greeter/Hello" is neither a method (/package.Service/Method) nor a service (/package.Service/)
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -106,31 +108,67 @@ var echoDesc = grpc.ServiceDesc{
 	},
 }
 
+// unaryService returns the description of a service of the unary methods
+// named, each of which echoes a wrapperspb.StringValue.
+func unaryService(service string, methods ...string) *grpc.ServiceDesc {
+	d := &grpc.ServiceDesc{ServiceName: service, HandlerType: (*any)(nil)}
+	for _, m := range methods {
+		full := "/" + service + "/" + m
+		d.Methods = append(d.Methods, grpc.MethodDesc{
+			MethodName: m,
+			Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+				in := new(wrapperspb.StringValue)
+				if err := dec(in); err != nil {
+					return nil, err
+				}
+				h := func(_ context.Context, req any) (any, error) { return req, nil }
+				if ic == nil {
+					return h(ctx, in)
+				}
+				return ic(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: full}, h)
+			},
+		})
+	}
+	return d
+}
+
 // testServer is a grpc.Server with the test service and the standard
 // health service, reached over in-memory connections, each from an
 // address of the test's choosing.
 type testServer struct {
 	t   *testing.T
 	srv *grpc.Server
+	// inside counts the calls and streams inside the interceptors: when
+	// it is 0, every interceptor call has returned, and so every call's
+	// admission has ended, but for unary calls answered request_timeout,
+	// whose handler may still run.
+	inside atomic.Int64
 }
 
 // newServer starts a server with it's interceptors, behind a recovery
 // interceptor that turns a handler's panic into codes.Internal, as a real
-// service would have, serving e.
-func newServer(t *testing.T, it *Interceptor, e *echo) *testServer {
+// service would have, serving e and the services of extra.
+func newServer(t *testing.T, it *Interceptor, e *echo, extra ...*grpc.ServiceDesc) *testServer {
 	t.Helper()
-	srv := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(recoverUnary, it.Unary),
-		grpc.ChainStreamInterceptor(recoverStream, it.Stream),
+	s := &testServer{t: t}
+	s.srv = grpc.NewServer(
+		grpc.ChainUnaryInterceptor(s.recoverUnary, it.Unary),
+		grpc.ChainStreamInterceptor(s.recoverStream, it.Stream),
 	)
-	srv.RegisterService(&echoDesc, e)
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	t.Cleanup(srv.Stop)
-	return &testServer{t: t, srv: srv}
+	s.srv.RegisterService(&echoDesc, e)
+	for _, d := range extra {
+		s.srv.RegisterService(d, struct{}{})
+	}
+	healthpb.RegisterHealthServer(s.srv, health.NewServer())
+	t.Cleanup(s.srv.Stop)
+	return s
 }
 
-// recoverUnary and recoverStream turn a handler's panic into an error.
-func recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+// recoverUnary and recoverStream turn a handler's panic into an error,
+// and count the calls inside.
+func (s *testServer) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	s.inside.Add(1)
+	defer s.inside.Add(-1)
 	defer func() {
 		if p := recover(); p != nil {
 			err = status.Errorf(codes.Internal, "panic: %v", p)
@@ -139,7 +177,9 @@ func recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, hand
 	return handler(ctx, req)
 }
 
-func recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+func (s *testServer) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+	s.inside.Add(1)
+	defer s.inside.Add(-1)
 	defer func() {
 		if p := recover(); p != nil {
 			err = status.Errorf(codes.Internal, "panic: %v", p)
@@ -147,6 +187,9 @@ func recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h
 	}()
 	return handler(srv, ss)
 }
+
+// idle reports whether no call or stream is inside the interceptors.
+func (s *testServer) idle() bool { return s.inside.Load() == 0 }
 
 // addrListener is an in-memory listener whose connections come from addr.
 type addrListener struct {
@@ -192,11 +235,20 @@ func (s *testServer) dial(remote string, opts ...grpc.DialOption) *grpc.ClientCo
 	return conn
 }
 
+// callTimeout bounds each call a test makes, so that a hang fails the
+// test instead of stalling it; it is no measure of speed.
+const callTimeout = time.Minute
+
 // say calls test.Echo/Say with in and metadata pairs, and returns the
 // answer, the trailer and the error.
 func say(conn *grpc.ClientConn, in string, md ...string) (string, metadata.MD, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
+	return sayCtx(ctx, conn, in, md...)
+}
+
+// sayCtx is say under ctx.
+func sayCtx(ctx context.Context, conn *grpc.ClientConn, in string, md ...string) (string, metadata.MD, error) {
 	if len(md) > 0 {
 		ctx = metadata.AppendToOutgoingContext(ctx, md...)
 	}
@@ -240,7 +292,7 @@ func chatOnce(cs grpc.ClientStream, in string) (string, error) {
 // refusalOf describes a refusal as the client sees it.
 type refusalOf struct {
 	code     codes.Code
-	reason   string
+	reason   limits.Reason
 	retry    time.Duration // RetryInfo's delay, or -1 without one
 	policy   string        // ErrorInfo's policy
 	quota    bool          // a QuotaFailure detail
@@ -248,7 +300,7 @@ type refusalOf struct {
 }
 
 func (r refusalOf) String() string {
-	return fmt.Sprintf("%v %s retry=%v policy=%q quota=%v pushback=%q", r.code, r.reason, r.retry, r.policy, r.quota, r.pushback)
+	return fmt.Sprintf("%v %v retry=%v policy=%q quota=%v pushback=%q", r.code, r.reason, r.retry, r.policy, r.quota, r.pushback)
 }
 
 // describe reads a call's error and trailer.
@@ -275,7 +327,7 @@ func describe(err error, trailer metadata.MD) refusalOf {
 func pushbackOf(d time.Duration) string { return strconv.FormatInt(millis(d), 10) }
 
 // mustNew is New for configurations that must be valid.
-func mustNew(t *testing.T, cfg Config) *Interceptor {
+func mustNew(t testing.TB, cfg Config) *Interceptor {
 	t.Helper()
 	it, err := New(cfg)
 	if err != nil {
@@ -283,6 +335,14 @@ func mustNew(t *testing.T, cfg Config) *Interceptor {
 	}
 	return it
 }
+
+// named returns the Limiters of a Config holding l alone, named "l".
+func named(l limits.Limiter) map[string]limits.Limiter {
+	return map[string]limits.Limiter{"l": l}
+}
+
+// inFlight returns the places taken in it's gate.
+func inFlight(it *Interceptor) int { return it.Engine().Gate().InFlight() }
 
 // fixed is a limiter that answers every call with the same decision, or
 // error.
@@ -320,16 +380,60 @@ func (r *recorder) last() string {
 	return r.keys[len(r.keys)-1]
 }
 
-// waitFor polls cond until it holds, or fails the test after a few
-// seconds: for state that another goroutine changes after the client has
-// its answer, such as a stream's slot given back after its handler
-// returned.
-func waitFor(t *testing.T, what string, cond func() bool) {
+// stuck is a limiter that never answers until released, ignoring its
+// context.
+type stuck struct{ release chan struct{} }
+
+func (s stuck) Take(context.Context, string, int) (limits.Decision, error) {
+	<-s.release
+	return limits.Decision{Allowed: true}, nil
+}
+
+func (stuck) Refund(context.Context, string, limits.Decision) error { return nil }
+
+// waitFor polls cond until it holds: for state that another goroutine
+// changes after the client has its answer, such as a stream's place given
+// back after its handler returned. It fails the test only shortly before
+// the test binary's own deadline, so that a slow machine is never taken
+// for a bug.
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+	deadline := time.Now().Add(5 * time.Minute)
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if end, ok := d.Deadline(); ok {
+			deadline = end.Add(-time.Until(end) / 10)
+		}
+	}
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("still not %s after 5s", what)
+			t.Fatalf("still not %s when the test's time ran out", what)
 		}
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// peers returns n contexts of calls from n client addresses, as the
+// server hands them to interceptors.
+func peers(n int) []context.Context {
+	ctxs := make([]context.Context, n)
+	for i := range ctxs {
+		addr := &net.TCPAddr{IP: net.IPv4(10, byte(i>>16), byte(i>>8), byte(i)), Port: 40000}
+		ctxs[i] = peer.NewContext(context.Background(), &peer.Peer{Addr: addr})
+	}
+	return ctxs
+}
+
+var benchInfo = &grpc.UnaryServerInfo{FullMethod: methodSay}
+
+func noop(ctx context.Context, req any) (any, error) { return req, nil }
+
+// sendStream is a server stream that accepts what is sent.
+type sendStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *sendStream) Context() context.Context     { return s.ctx }
+func (s *sendStream) SendMsg(any) error            { return nil }
+func (s *sendStream) SetTrailer(metadata.MD)       {}
+func (s *sendStream) SendHeader(metadata.MD) error { return nil }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 )
 
 // TestPriority fills a gate of 3 places, one kept for critical calls,
@@ -20,7 +21,7 @@ func TestPriority(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	it := mustNew(t, Config{Gate: g, Priority: MetadataPriority("X-Criticality")})
+	it := mustNew(t, Config{Limits: admit.Config{Gate: g}, Priority: MetadataPriority("X-Criticality")})
 	release := make(chan struct{})
 	conn := newServer(t, it, &echo{say: func(ctx context.Context, s string) (string, error) {
 		if s == "block" {
@@ -57,10 +58,19 @@ func TestPriority(t *testing.T) {
 	if shed.Admitted != 1 || shed.Shed != 1 || def.Admitted != 1 || def.Shed != 3 || crit.Admitted != 1 || crit.Shed != 0 {
 		t.Errorf("classes: %+v", s.Classes)
 	}
-	if st := it.Stats(); st.ServerBusy != 4 || st.Allowed != 3 {
-		t.Errorf("Stats: %d busy, %d allowed; want 4 and 3", st.ServerBusy, st.Allowed)
+	if st := it.Stats(); st.Requests[admit.ServerBusy] != 4 || st.Requests[admit.Allowed] != 3 {
+		t.Errorf("Stats: %v; want 4 busy and 3 allowed", st.Requests)
 	}
-	if p := MetadataPriority("k")(metadata.NewIncomingContext(context.Background(), metadata.Pairs("k", "critical_plus")), ""); p != limits.PriorityCritical {
-		t.Errorf("critical_plus: %v", p)
+	for v, want := range map[string]limits.Priority{
+		"critical_plus": limits.PriorityCritical, "Critical": limits.PriorityCritical,
+		"sheddable_plus": limits.PrioritySheddable, "SHEDDABLE": limits.PrioritySheddable,
+		"default": limits.PriorityDefault, "bogus": limits.PriorityDefault, "": limits.PriorityDefault,
+	} {
+		if p := MetadataPriority("K")(metadata.NewIncomingContext(context.Background(), metadata.Pairs("k", v)), ""); p != want {
+			t.Errorf("%q: %v, want %v", v, p, want)
+		}
+	}
+	if p := MetadataPriority("k")(context.Background(), ""); p != limits.PriorityDefault {
+		t.Errorf("no metadata: %v", p)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/limitsgo/limits"
 	"github.com/limitsgo/limits/adaptive"
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/httplimit"
 )
 
@@ -52,7 +53,7 @@ func TestSharedGate(t *testing.T) {
 	}
 	var in inside
 	release := make(chan struct{})
-	mw, err := httplimit.New(httplimit.Config{Gate: g})
+	mw, err := httplimit.New(httplimit.Config{Limits: admit.Config{Gate: g}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func TestSharedGate(t *testing.T) {
 	})))
 	defer hs.Close()
 
-	it := mustNew(t, Config{Gate: g})
+	it := mustNew(t, Config{Limits: admit.Config{Gate: g}})
 	srv := grpc.NewServer(it.ServerOptions()...)
 	srv.RegisterService(&echoDesc, &echo{say: func(ctx context.Context, s string) (string, error) {
 		in.enter()
@@ -152,10 +153,11 @@ func TestSharedGate(t *testing.T) {
 	if !hst.SharedGate || !gst.SharedGate || hst.Gate == nil || gst.Gate == nil {
 		t.Fatalf("Stats do not report the shared gate: %+v, %+v", hst, gst)
 	}
-	if hst.Allowed != uint64(httpOK.Load()) || hst.ServerBusy != uint64(httpBusy.Load()) ||
-		gst.Allowed != uint64(grpcOK.Load()) || gst.ServerBusy != uint64(grpcBusy.Load()) {
-		t.Errorf("each front end counts its own: HTTP %d/%d, gRPC %d/%d allowed/busy; Stats %+v, %+v",
-			httpOK.Load(), httpBusy.Load(), grpcOK.Load(), grpcBusy.Load(), hst, gst)
+	ok, busy := admit.Allowed, admit.ServerBusy
+	if hst.Requests[ok] != uint64(httpOK.Load()) || hst.Requests[busy] != uint64(httpBusy.Load()) ||
+		gst.Requests[ok] != uint64(grpcOK.Load()) || gst.Requests[busy] != uint64(grpcBusy.Load()) {
+		t.Errorf("each front end counts its own: HTTP %d/%d, gRPC %d/%d allowed/busy; Stats %v, %v",
+			httpOK.Load(), httpBusy.Load(), grpcOK.Load(), grpcBusy.Load(), hst.Requests, gst.Requests)
 	}
 	gs := g.Stats()
 	if want := uint64(httpOK.Load() + grpcOK.Load() + directOK.Load()); gs.Admitted != want {
@@ -175,25 +177,24 @@ func TestSharedGateConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {
-		cfg  Config
+		cfg  admit.Config
 		want string
 	}{
-		{Config{Gate: g, MaxInFlight: 8}, "MaxInFlight"},
-		{Config{Gate: g, Adaptive: &adaptive.Config{}}, "Adaptive"},
-		{Config{Gate: g, QueueWait: time.Millisecond, QueueAdapt: time.Second}, "QueueAdapt"},
-		{Config{Gate: other, Controller: ctrl}, "moves another gate than Gate"},
+		{admit.Config{Gate: g, MaxInFlight: 8}, "MaxInFlight"},
+		{admit.Config{Gate: g, Adaptive: &adaptive.Config{}}, "Adaptive"},
+		{admit.Config{Gate: g, QueueWait: time.Millisecond, QueueAdapt: time.Second}, "QueueAdapt"},
+		{admit.Config{Gate: g, Reserve: map[limits.Priority]int{limits.PriorityCritical: 1}}, "Reserve"},
+		{admit.Config{Gate: other, Controller: ctrl}, "moves another gate than Gate"},
 	} {
-		if _, err := New(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+		if _, err := New(Config{Limits: tt.cfg}); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("New(%+v) = %v, want an error naming %s", tt.cfg, err, tt.want)
 		}
-		hc := httplimit.Config{Gate: tt.cfg.Gate, MaxInFlight: tt.cfg.MaxInFlight, Adaptive: tt.cfg.Adaptive,
-			QueueWait: tt.cfg.QueueWait, QueueAdapt: tt.cfg.QueueAdapt, Controller: tt.cfg.Controller}
-		if _, err := httplimit.New(hc); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("httplimit.New(%+v) = %v, want an error naming %s", hc, err, tt.want)
+		if _, err := httplimit.New(httplimit.Config{Limits: tt.cfg}); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("httplimit.New(%+v) = %v, want an error naming %s", tt.cfg, err, tt.want)
 		}
 	}
-	it := mustNew(t, Config{Controller: ctrl})
-	mw, err := httplimit.New(httplimit.Config{Gate: g, Controller: ctrl})
+	it := mustNew(t, Config{Limits: admit.Config{Controller: ctrl}})
+	mw, err := httplimit.New(httplimit.Config{Limits: admit.Config{Gate: g, Controller: ctrl}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -16,7 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/limitsgo/limits"
-	"github.com/limitsgo/limits/internal/front"
+	"github.com/limitsgo/limits/admit"
 )
 
 // ErrorDomain is the Domain of the ErrorInfo detail that refusals carry.
@@ -27,80 +28,93 @@ const ErrorDomain = "github.com/limitsgo/limits"
 // a call again; a negative value tells it not to.
 const PushbackTrailer = "grpc-retry-pushback-ms"
 
+// answer is how a refusal of one reason is answered: its code, its
+// status message after the reason, and whether it carries a retry delay
+// (RetryInfo and pushback) and a pushback at all.
+type answer struct {
+	code     codes.Code
+	message  string
+	retry    bool // a RetryInfo and a pushback of the delay, or a pushback of -1
+	pushback bool
+}
+
+// answers holds the answer to each reason.
+var answers = map[limits.Reason]answer{
+	limits.ReasonRateLimited:    {codes.ResourceExhausted, "too many calls from this client; retry after the delay given", true, true},
+	admit.ServerBusy:            {codes.Unavailable, "the server is at capacity; retry after the delay given", true, true},
+	admit.RequestTimeout:        {codes.DeadlineExceeded, "the call took longer than the server allows", false, false},
+	admit.LimiterError:          {codes.Unavailable, "the rate limiter could not decide; retry after the delay given", true, true},
+	limits.ReasonTableFull:      {codes.Unavailable, "the server is tracking as many clients as it can; retry after the delay given", true, true},
+	limits.ReasonCostAboveBurst: {codes.ResourceExhausted, "the call costs more than this client may ever spend at once; retrying will not help", false, true},
+	limits.ReasonInvalidCost:    {codes.Internal, "the server gave the call an invalid cost", false, true},
+	admit.ConcurrencyLimited:    {codes.ResourceExhausted, "too many calls or streams from this client in progress at once", true, true},
+	admit.ConcurrencyTableFull:  {codes.Unavailable, "too many clients have calls or streams in progress; retry after the delay given", true, true},
+}
+
 // refusal is a refusal's status error and its trailer.
 type refusal struct {
-	reason  string
 	err     error
 	trailer metadata.MD
+	retry   time.Duration // the delay it was made with, for busyCache
 }
 
-// messages are the status messages of refusals, after the reason code.
-var messages = map[string]string{
-	ReasonRateLimited:          "too many calls from this client; retry after the delay given",
-	ReasonServerBusy:           "the server is at capacity; retry after the delay given",
-	ReasonRequestTimeout:       "the call took longer than the server allows",
-	ReasonLimiterError:         "the rate limiter could not decide; retry after the delay given",
-	ReasonTableFull:            "the server is tracking as many clients as it can; retry after the delay given",
-	ReasonCostAboveBurst:       "the call costs more than this client may ever spend at once; retrying will not help",
-	ReasonInvalidCost:          "the server gave the call an invalid cost",
-	ReasonConcurrencyLimited:   "too many calls or streams from this client in progress at once",
-	ReasonConcurrencyTableFull: "too many clients have calls or streams in progress; retry after the delay given",
-}
-
-// newRefusal builds the refusal of a call for reason; rate and d are the
-// deciding policy and its Decision, for refusals a rate policy made.
-//
-// The code is ResourceExhausted for what the client itself used up (its
-// rate, its concurrency, a cost above its burst), Unavailable for what
-// the server lacks (capacity, room in a table, a working limiter),
-// DeadlineExceeded for the deadline, and Internal for a negative cost. A
-// refusal that waiting cures carries a RetryInfo detail and the pushback
-// trailer, with the limiter's exact RetryAfter for rate_limited and
-// BusyRetryAfter otherwise; one it cannot carries a pushback of -1, so
-// that gRPC does not retry, and no RetryInfo.
-func (it *Interceptor) newRefusal(reason string, rate *front.Rate, d limits.Decision) refusal {
-	code, retry, pushback := codes.Unavailable, it.busyRetry, true
-	switch reason {
-	case ReasonRateLimited:
-		code, retry = codes.ResourceExhausted, max(d.RetryAfter, 0)
-	case ReasonConcurrencyLimited:
-		code = codes.ResourceExhausted
-	case ReasonCostAboveBurst:
-		code, retry = codes.ResourceExhausted, -1
-	case ReasonInvalidCost:
-		code, retry = codes.Internal, -1
-	case ReasonRequestTimeout:
-		code, retry, pushback = codes.DeadlineExceeded, -1, false
-	}
+// newRefusal builds the status error and trailer of ref. A refusal that
+// waiting cures carries a RetryInfo detail and the pushback trailer, with
+// ref's RetryAfter (the limiter's exact answer for rate_limited); one it
+// cannot carries a pushback of -1, so that gRPC does not retry, and no
+// RetryInfo.
+func newRefusal(ref *admit.Refusal) refusal {
+	a := answers[ref.Reason]
+	reason := ref.Reason.String()
 	info := &errdetails.ErrorInfo{Reason: strings.ToUpper(reason), Domain: ErrorDomain}
 	details := []protoadapt.MessageV1{info}
-	if rate != nil {
-		info.Metadata = map[string]string{"policy": rate.Name}
+	if ref.Policy != "" {
+		info.Metadata = map[string]string{"policy": ref.Policy}
 	}
-	if retry >= 0 {
-		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(retry)})
+	if a.retry {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(ref.RetryAfter)})
 	}
-	if rate != nil && (reason == ReasonRateLimited || reason == ReasonCostAboveBurst) {
+	if ref.Policy != "" && (ref.Reason == limits.ReasonRateLimited || ref.Reason == limits.ReasonCostAboveBurst) {
+		d := ref.Decision
 		details = append(details, &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
-			Subject:     "policy:" + rate.Name,
-			QuotaId:     rate.Name,
+			Subject:     "policy:" + ref.Policy,
+			QuotaId:     ref.Policy,
 			Description: fmt.Sprintf("%d calls per %v, burst %d; this call costs %d", d.Limit, d.Period, d.Burst, d.Cost),
 		}}})
 	}
-	st, err := status.New(code, reason+": "+messages[reason]).WithDetails(details...)
+	st, err := status.New(a.code, reason+": "+a.message).WithDetails(details...)
 	if err != nil {
 		// Cannot happen (the details are well-formed messages); keep the
 		// code and reason rather than fail the refusal.
-		st = status.New(code, reason+": "+messages[reason])
+		st = status.New(a.code, reason+": "+a.message)
 	}
-	r := refusal{reason: reason, err: st.Err()}
-	if pushback {
+	r := refusal{err: st.Err(), retry: ref.RetryAfter}
+	if a.pushback {
 		ms := int64(-1)
-		if retry >= 0 {
-			ms = millis(retry)
+		if a.retry {
+			ms = millis(ref.RetryAfter)
 		}
 		r.trailer = metadata.Pairs(PushbackTrailer, strconv.FormatInt(ms, 10))
 	}
+	return r
+}
+
+// busyCache keeps the refusals that depend on nothing but their reason and
+// delay, such as server_busy, so that a flood of them costs no new status
+// each.
+type busyCache [16]atomic.Pointer[refusal]
+
+// get returns the refusal of ref, from the cache if ref names no policy.
+func (c *busyCache) get(ref *admit.Refusal) refusal {
+	if ref.Policy != "" || int(ref.Reason) >= len(c) {
+		return newRefusal(ref)
+	}
+	p := &c[ref.Reason]
+	if r := p.Load(); r != nil && r.retry == ref.RetryAfter {
+		return *r
+	}
+	r := newRefusal(ref)
+	p.Store(&r)
 	return r
 }
 
@@ -123,50 +137,37 @@ type unaryTrailer struct{ ctx context.Context }
 
 func (t unaryTrailer) SetTrailer(md metadata.MD) { grpc.SetTrailer(t.ctx, md) }
 
-// refuse sends r's trailer, logs the refusal and returns its error. It
-// counts the refusal in its method's counters only (see countMethod).
-func (it *Interceptor) refuse(ctx context.Context, tr trailerSetter, method, key string, r refusal) error {
-	it.countMethod(method, r.reason)
+// refusal returns the status error answering err, Admit's error: a
+// refusal's, with its trailer set, or the client's own reason for a call
+// it gave up.
+func (it *Interceptor) refusal(ctx context.Context, tr trailerSetter, err error) error {
+	ref, ok := err.(*admit.Refusal)
+	if !ok {
+		return status.FromContextError(err).Err()
+	}
+	r := it.busy.get(ref)
 	if r.trailer != nil {
 		tr.SetTrailer(r.trailer)
 	}
-	it.log(ctx, "grpclimit: call refused", r.reason, method, key, nil)
 	return r.err
 }
 
-// refuseRate refuses a call or message for a rate layer's refusal.
-func (it *Interceptor) refuseRate(ctx context.Context, tr trailerSetter, method string, ref *front.Refusal) error {
-	r := it.newRefusal(ref.Reason, ref.Rate, ref.Dec)
-	it.countMethod(method, r.reason)
-	if r.trailer != nil {
-		tr.SetTrailer(r.trailer)
-	}
-	it.log(ctx, "grpclimit: call refused", r.reason, method, ref.Key, ref.Err)
-	return r.err
-}
-
-// ReasonOf returns the reason code of a refusal by an Interceptor, such as
-// "rate_limited", read from the ErrorInfo detail of err, the error of a
-// call as its client sees it; "" if err is not such a refusal.
-func ReasonOf(err error) string {
+// ReasonOf returns the reason of a refusal by an Interceptor, such as
+// limits.ReasonRateLimited, read from the ErrorInfo detail of err, the
+// error of a call as its client sees it; admit.Allowed if err is
+// not such a refusal.
+func ReasonOf(err error) limits.Reason {
 	st, ok := status.FromError(err)
 	if !ok || st.Code() == codes.OK {
-		return ""
+		return admit.Allowed
 	}
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == ErrorDomain {
-			return strings.ToLower(info.Reason)
+			var r limits.Reason
+			if r.UnmarshalText([]byte(strings.ToLower(info.Reason))) == nil {
+				return r
+			}
 		}
 	}
-	return ""
-}
-
-// countMethod counts a refusal of a call of method, once Method has been
-// called, in the counters of its route; the Interceptor's own counters
-// are counted where the refusal is decided.
-func (it *Interceptor) countMethod(method, reason string) {
-	if it.routes.Load() == nil {
-		return
-	}
-	it.counters(it.route(method)).Count(reason)
+	return admit.Allowed
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/grpc"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 )
 
 // TestStreamGivesBackGate checks each way a stream becomes established and
@@ -20,37 +22,31 @@ func TestStreamGivesBackGate(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		// establish runs in the handler after its set-up, and makes the
-		// stream established.
+		// stream established; blocks says it does so by waiting on the
+		// client, and does not return.
 		establish func(ss grpc.ServerStream) error
-		timeout   time.Duration
+		blocks    bool
 	}{
-		{"first send", func(ss grpc.ServerStream) error { return ss.SendMsg(wrapperspb.String("hello")) }, 0},
-		{"header sent", func(ss grpc.ServerStream) error { return ss.SendHeader(nil) }, 0},
+		{"first send", func(ss grpc.ServerStream) error { return ss.SendMsg(wrapperspb.String("hello")) }, false},
+		{"header sent", func(ss grpc.ServerStream) error { return ss.SendHeader(nil) }, false},
 		{"waiting for a second message", func(ss grpc.ServerStream) error {
 			if err := ss.RecvMsg(new(wrapperspb.StringValue)); err != nil {
 				return err
 			}
 			return ss.RecvMsg(new(wrapperspb.StringValue)) // blocks until the client sends again
-		}, 0},
-		{"ReleaseCapacity", func(ss grpc.ServerStream) error { ReleaseCapacity(ss.Context()); return nil }, 0},
-		{"Timeout", nil, 300 * time.Millisecond},
+		}, true},
+		{"ReleaseCapacity", func(ss grpc.ServerStream) error { ReleaseCapacity(ss.Context()); return nil }, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			started, setup, established, end := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
-			it := mustNew(t, Config{MaxInFlight: 1, Timeout: tt.timeout})
+			it := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 1}})
 			srv := newServer(t, it, &echo{chat: func(ss grpc.ServerStream) error {
 				close(started)
 				<-setup // the costly set-up
-				if tt.establish != nil {
-					errc := make(chan error, 1)
-					go func() { errc <- tt.establish(ss) }()
-					select {
-					case err := <-errc:
-						if err != nil {
-							return err
-						}
-					case <-time.After(100 * time.Millisecond): // blocked waiting on the client
-					}
+				if tt.blocks {
+					go tt.establish(ss)
+				} else if err := tt.establish(ss); err != nil {
+					return err
 				}
 				close(established)
 				<-end
@@ -67,16 +63,12 @@ func TestStreamGivesBackGate(t *testing.T) {
 				t.Fatal(err)
 			}
 			<-started
-			if tt.timeout == 0 {
-				if _, _, err := say(conn, "x"); ReasonOf(err) != ReasonServerBusy {
-					t.Errorf("a call while the stream is set up: %v, want server_busy", err)
-				}
-			} else if n := it.capacity.Gate.Stats().InFlight; n != 1 {
-				t.Errorf("%d in the gate while the stream is set up, want 1", n)
+			if _, _, err := say(conn, "x"); ReasonOf(err) != admit.ServerBusy {
+				t.Errorf("a call while the stream is set up: %v, want server_busy", err)
 			}
 			close(setup)
 			<-established
-			waitFor(t, "out of the gate", func() bool { return it.capacity.Gate.Stats().InFlight == 0 })
+			waitFor(t, "out of the gate", func() bool { return inFlight(it) == 0 })
 			mustSay(t, conn, "while the stream is open")
 			close(end)
 			cs.CloseSend()
@@ -86,11 +78,47 @@ func TestStreamGivesBackGate(t *testing.T) {
 	}
 }
 
+// TestStreamTimeoutGivesBackGate checks the last way a stream gives its
+// place in the gate back: not established within Timeout, it leaves the
+// gate then, while its handler goes on.
+func TestStreamTimeoutGivesBackGate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		it := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 1, Timeout: 300 * time.Millisecond}})
+		ctxs := peers(2)
+		started, end := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			done <- it.Stream(nil, &sendStream{ctx: ctxs[0]}, &grpc.StreamServerInfo{FullMethod: methodChat}, func(any, grpc.ServerStream) error {
+				close(started)
+				<-end // a set-up that never ends
+				return nil
+			})
+		}()
+		<-started
+		time.Sleep(299 * time.Millisecond)
+		if _, err := it.Unary(ctxs[1], nil, benchInfo, noop); ReasonOf(err) != admit.ServerBusy {
+			t.Errorf("a call while the stream is set up, before Timeout: %v, want server_busy", err)
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if n := inFlight(it); n != 0 {
+			t.Errorf("%d places taken in the gate once Timeout passed, want 0", n)
+		}
+		if _, err := it.Unary(ctxs[1], nil, benchInfo, noop); err != nil {
+			t.Errorf("a call once Timeout passed: %v", err)
+		}
+		close(end)
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+}
+
 // TestMaxStreamsPerClient opens streams up to the cap, checks that one
 // more is refused, and that a stream the client cancels gives its place
 // back.
 func TestMaxStreamsPerClient(t *testing.T) {
-	it := mustNew(t, Config{MaxStreamsPerClient: 2, BusyRetryAfter: 300 * time.Millisecond, MaxInFlight: 10})
+	it := mustNew(t, Config{Limits: admit.Config{MaxStreamsPerClient: 2, BusyRetryAfter: 2 * time.Second, MaxInFlight: 10}})
 	srv := newServer(t, it, &echo{})
 	conn := srv.dial("192.0.2.1:1")
 	var cancels []context.CancelFunc
@@ -106,7 +134,7 @@ func TestMaxStreamsPerClient(t *testing.T) {
 			t.Fatalf("stream %d: %v", i, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	cs, err := openChat(ctx, conn)
 	if err != nil {
@@ -116,7 +144,7 @@ func TestMaxStreamsPerClient(t *testing.T) {
 	if err == io.EOF {
 		err = cs.RecvMsg(new(wrapperspb.StringValue))
 	}
-	if got, want := describe(err, cs.Trailer()), (refusalOf{codes.ResourceExhausted, ReasonConcurrencyLimited, 300 * time.Millisecond, "", false, "300"}); got != want {
+	if got, want := describe(err, cs.Trailer()), (refusalOf{codes.ResourceExhausted, admit.ConcurrencyLimited, 2 * time.Second, "", false, "2000"}); got != want {
 		t.Errorf("a third stream: %v, want %v", got, want)
 	}
 	// Another client, and unary calls, are not counted against it.
@@ -129,41 +157,44 @@ func TestMaxStreamsPerClient(t *testing.T) {
 		t.Errorf("another client's stream: %v", err)
 	}
 
+	// The cancelled stream's place is given back once its handler returns.
 	cancels[0]()
-	waitFor(t, "the cancelled stream's place given back", func() bool { return it.streams.Len() == 2 && streamsOf(it, "a:192.0.2.1/32") == 1 })
+	refused := 0
+	waitFor(t, "the cancelled stream's place given back", func() bool {
+		cs, err := openChat(ctx, conn)
+		if err == nil {
+			_, err = chatOnce(cs, "again")
+		}
+		if ReasonOf(err) == admit.ConcurrencyLimited {
+			refused++
+			return false
+		}
+		if err != nil {
+			t.Fatalf("a stream after one was cancelled: %v", err)
+		}
+		return true
+	})
+	// And only one was: the client is at its cap again.
 	cs, err = openChat(ctx, conn)
-	if err != nil {
-		t.Fatal(err)
+	if err == nil {
+		_, err = chatOnce(cs, "one too many")
 	}
-	if _, err := chatOnce(cs, "again"); err != nil {
-		t.Errorf("a stream after one was cancelled: %v", err)
+	if ReasonOf(err) != admit.ConcurrencyLimited {
+		t.Errorf("a third stream again: %v, want concurrency_limited", err)
 	}
-	if s := it.Stats(); s.ConcurrencyLimited != 1 || s.Gate.InFlight != 0 {
-		t.Errorf("Stats %+v, gate %+v", s, s.Gate)
+	if s := it.Stats(); s.Requests[admit.ConcurrencyLimited] != uint64(2+refused) || s.Gate.InFlight != 0 {
+		t.Errorf("Stats %v, gate %+v: want %d concurrency_limited, the gate empty", s.Requests, s.Gate, 2+refused)
 	}
-}
-
-// streamsOf returns how many streams the client key has open: the places
-// Acquire still grants it, counted by taking them.
-func streamsOf(it *Interceptor, key string) int {
-	var took int
-	for it.streams.Acquire(key) == "" {
-		took++
-	}
-	for range took {
-		it.streams.Release(key)
-	}
-	return 2 - took
 }
 
 // TestLimitMessages charges a bidirectional stream's messages after the
 // first to the client's bucket, and checks that the refused message ends
 // the stream with the refusal.
 func TestLimitMessages(t *testing.T) {
-	it := mustNew(t, Config{Rate: limits.Limit{Events: 3, Period: time.Hour}, LimitMessages: true})
+	it := mustNew(t, Config{Limits: admit.Config{Rate: limits.Limit{Events: 3, Period: time.Hour}}, LimitMessages: true})
 	srv := newServer(t, it, &echo{})
 	conn := srv.dial("192.0.2.1:1")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	cs, err := openChat(ctx, conn) // 1 of 3
 	if err != nil {
@@ -176,15 +207,17 @@ func TestLimitMessages(t *testing.T) {
 	}
 	_, err = chatOnce(cs, "fourth")
 	got := describe(err, cs.Trailer())
-	if got.code != codes.ResourceExhausted || got.reason != ReasonRateLimited || got.retry <= 0 || got.pushback != pushbackOf(got.retry) {
+	if got.code != codes.ResourceExhausted || got.reason != limits.ReasonRateLimited || got.policy != "default" ||
+		got.retry <= 0 || got.pushback != pushbackOf(got.retry) {
 		t.Errorf("the fourth message: %v", got)
 	}
-	if s := it.Stats(); s.Allowed != 1 || s.RateLimited != 1 || s.Policies[0].Allowed != 3 {
-		t.Errorf("Stats %+v", s)
+	if s := it.Stats(); s.Requests[admit.Allowed] != 1 || s.Requests[limits.ReasonRateLimited] != 1 ||
+		s.Policies[0].Requests[admit.Allowed] != 3 || s.Policies[0].Requests[limits.ReasonRateLimited] != 1 {
+		t.Errorf("Stats %v, policies %+v", s.Requests, s.Policies)
 	}
 
 	// A server-streaming call costs one, as a unary call does.
-	it = mustNew(t, Config{Rate: limits.Limit{Events: 1, Period: time.Hour}, LimitMessages: true})
+	it = mustNew(t, Config{Limits: admit.Config{Rate: limits.Limit{Events: 1, Period: time.Hour}}, LimitMessages: true})
 	srv = newServer(t, it, &echo{})
 	conn = srv.dial("192.0.2.1:1")
 	ws, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, methodWatch)
@@ -195,5 +228,18 @@ func TestLimitMessages(t *testing.T) {
 	ws.CloseSend()
 	if err := ws.RecvMsg(new(wrapperspb.StringValue)); err != nil {
 		t.Errorf("a server stream of 1 an hour: %v", err)
+	}
+
+	// Without LimitMessages, a stream's messages are free.
+	it = mustNew(t, Config{Limits: admit.Config{Rate: limits.Limit{Events: 1, Period: time.Hour}}})
+	conn = newServer(t, it, &echo{}).dial("192.0.2.1:1")
+	cs, err = openChat(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := chatOnce(cs, "free"); err != nil {
+			t.Fatalf("message %d of a stream of 1 an hour, messages not limited: %v", i+1, err)
+		}
 	}
 }

@@ -3,15 +3,16 @@ package grpclimit
 import (
 	"context"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 )
 
 // retryConfig is a client service config that retries calls of test.Echo
@@ -28,16 +29,51 @@ const retryConfig = `{"methodConfig": [{
 	}
 }]}`
 
+// scripted is a limiter with a burst of 1 that refuses the next calls it
+// is told to with a delay, and allows the others; it records when it was
+// asked, and about which key.
+type scripted struct {
+	mu     sync.Mutex
+	refuse int           // calls left to refuse
+	retry  time.Duration // their delay
+	keys   []string
+	at     []time.Time
+}
+
+func (s *scripted) Take(_ context.Context, key string, n int) (limits.Decision, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keys, s.at = append(s.keys, key), append(s.at, time.Now())
+	d := limits.Decision{Cost: n, Limit: 1, Period: s.retry, Burst: 1, At: time.Now()}
+	switch {
+	case n > 1:
+		d.Reason = limits.ReasonCostAboveBurst
+	case s.refuse > 0:
+		s.refuse--
+		d.Reason, d.RetryAfter = limits.ReasonRateLimited, s.retry
+	default:
+		d.Allowed = true
+	}
+	return d, nil
+}
+
+func (*scripted) Refund(context.Context, string, limits.Decision) error { return nil }
+
+// asked returns the keys the limiter was asked about, and when.
+func (s *scripted) asked() ([]string, []time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.keys...), append([]time.Time(nil), s.at...)
+}
+
 // TestRetryPushbackTCP serves over a real loopback TCP connection, and
 // checks that gRPC's own retry policy obeys the refusals' pushback: it
-// retries a rate-limited call after the exact delay, when the call
-// passes, and never retries a call whose cost can never pass.
+// retries a rate-limited call no sooner than the delay given, when the
+// call passes, and never retries a call whose cost can never pass.
 func TestRetryPushbackTCP(t *testing.T) {
-	const period = 300 * time.Millisecond
-	rec := &recorder{}
+	lim := &scripted{retry: 300 * time.Millisecond}
 	it := mustNew(t, Config{
-		Rate:    limits.Limit{Events: 1, Period: period},
-		Limiter: rec, // behind the local limiter of Rate: sees the keys it allows
+		Limits: admit.Config{Limiters: named(lim), Limiter: "l"},
 		Cost: func(ctx context.Context, _ string) int {
 			if len(metadata.ValueFromIncomingContext(ctx, "big")) > 0 {
 				return 2
@@ -62,34 +98,31 @@ func TestRetryPushbackTCP(t *testing.T) {
 	defer conn.Close()
 
 	mustSay(t, conn, "first")
-	if got := rec.last(); got != "a:127.0.0.1/32" {
-		t.Errorf("the loopback client's key: %q", got)
+	if keys, _ := lim.asked(); len(keys) != 1 || keys[0] != "a:127.0.0.1/32" {
+		t.Errorf("the loopback client's keys: %q", keys)
 	}
-	start := time.Now()
-	var out wrapperspb.StringValue
-	var trailer metadata.MD
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := conn.Invoke(ctx, methodSay, wrapperspb.String("second"), &out, grpc.Trailer(&trailer)); err != nil {
-		t.Fatalf("the second call, retried by the client: %v", err)
+	lim.mu.Lock()
+	lim.refuse = 1
+	lim.mu.Unlock()
+	mustSay(t, conn, "second, retried by the client")
+	_, at := lim.asked()
+	// The retry came when the pushback said, not at the policy's 1ms
+	// backoff.
+	if len(at) != 3 || at[2].Sub(at[1]) < lim.retry {
+		t.Errorf("the limiter was asked %d times, the retry %v after the refusal: want 3 times, the retry no sooner than %v",
+			len(at), at[len(at)-1].Sub(at[len(at)-2]), lim.retry)
 	}
-	// The bucket refills 300ms after the first call, which took some of
-	// that time: the retry came when the pushback said, not at the
-	// policy's 1ms backoff.
-	if d := time.Since(start); d < period/2 {
-		t.Errorf("the retried call took %v: the client did not wait for the pushback", d)
-	}
-	if s := it.Stats(); s.RateLimited != 1 || s.Allowed != 2 {
-		t.Errorf("Stats %+v: want exactly one refused attempt, then the retry allowed", s)
+	if s := it.Stats(); s.Requests[limits.ReasonRateLimited] != 1 || s.Requests[admit.Allowed] != 2 {
+		t.Errorf("Stats %v: want exactly one refused attempt, then the retry allowed", s.Requests)
 	}
 
 	// A cost above the burst has a pushback of -1: no retry.
-	time.Sleep(period)
-	_, trailer, err = say(conn, "big", "big", "1")
-	if got := describe(err, trailer); got.reason != ReasonCostAboveBurst || got.pushback != "-1" {
+	_, trailer, err := say(conn, "big", "big", "1")
+	if got := describe(err, trailer); got.reason != limits.ReasonCostAboveBurst || got.pushback != "-1" {
 		t.Errorf("cost above the burst: %v", got)
 	}
-	if s := it.Stats(); s.CostAboveBurst != 1 {
-		t.Errorf("cost above the burst tried %d times, want once: no retry", s.CostAboveBurst)
+	if _, at := lim.asked(); it.Stats().Requests[limits.ReasonCostAboveBurst] != 1 || len(at) != 4 {
+		t.Errorf("cost above the burst tried %d times, the limiter asked %d times in all; want once: no retry",
+			it.Stats().Requests[limits.ReasonCostAboveBurst], len(at))
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/limitsgo/limits"
 	"github.com/limitsgo/limits/adaptive"
+	"github.com/limitsgo/limits/admit"
 )
 
 // slowService is a handler that serves workers requests at once, each in
@@ -35,10 +36,7 @@ func drive(h http.Handler, gap, span time.Duration) map[int]int {
 	codes := map[int]int{}
 	for end := time.Now().Add(span); time.Now().Before(end); time.Sleep(gap) {
 		wg.Go(func() {
-			w := httptest.NewRecorder()
-			r := httptest.NewRequest(http.MethodGet, "/", nil)
-			r.RemoteAddr = "192.0.2.1:1234"
-			h.ServeHTTP(w, r)
+			w := serve(h, "192.0.2.1:1234", "/")
 			mu.Lock()
 			codes[w.Code]++
 			mu.Unlock()
@@ -54,10 +52,7 @@ func drive(h http.Handler, gap, span time.Duration) map[int]int {
 // excess with 503 rather than let it queue.
 func TestAdaptiveFindsCapacity(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m, err := New(Config{MaxInFlight: 64, Adaptive: &adaptive.Config{Samples: 20}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 64, Adaptive: &adaptive.Config{Samples: 20}}})
 		h := m.Handler(slowService(4, 10*time.Millisecond))
 		// 4 workers of 10ms serve 400 a second: one request every 1.25ms
 		// is twice that.
@@ -73,8 +68,8 @@ func TestAdaptiveFindsCapacity(t *testing.T) {
 		if s.Gate.Max != s.Adaptive.Limit {
 			t.Errorf("gate max %d, adaptive limit %d", s.Gate.Max, s.Adaptive.Limit)
 		}
-		if codes[http.StatusServiceUnavailable] == 0 || uint64(codes[http.StatusServiceUnavailable]) != s.ServerBusy {
-			t.Errorf("statuses %v, ServerBusy %d", codes, s.ServerBusy)
+		if codes[http.StatusServiceUnavailable] == 0 || uint64(codes[http.StatusServiceUnavailable]) != s.Requests[admit.ServerBusy] {
+			t.Errorf("statuses %v, server_busy %d", codes, s.Requests[admit.ServerBusy])
 		}
 		if s.Adaptive.Samples == 0 || s.Adaptive.Windows == 0 || s.Adaptive.Baseline == 0 {
 			t.Errorf("controller saw nothing: %+v", s.Adaptive)
@@ -92,14 +87,11 @@ func TestAdaptiveFindsCapacity(t *testing.T) {
 // deadline are Dropped.
 func TestAdaptiveOutcomes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m, err := New(Config{
+		m := mustNew(t, Config{Limits: admit.Config{
 			MaxInFlight: 8, Timeout: 50 * time.Millisecond,
 			Rate: limits.Limit{Events: 1, Period: time.Hour}, Burst: 1,
 			Adaptive: &adaptive.Config{Law: adaptive.AIMD{}, ProbeEvery: -1, Samples: 5, Window: 10 * time.Millisecond},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		}})
 		slow := false
 		h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if slow {
@@ -108,18 +100,11 @@ func TestAdaptiveOutcomes(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}))
-		serve := func(addr string) int {
-			w := httptest.NewRecorder()
-			r := httptest.NewRequest(http.MethodGet, "/", nil)
-			r.RemoteAddr = addr
-			h.ServeHTTP(w, r)
-			return w.Code
-		}
 		// Each new address is served once, then rate limited.
 		for i := range 30 {
 			addr := fmt.Sprintf("192.0.2.%d:1", i+1)
-			serve(addr)
-			if code := serve(addr); code != http.StatusTooManyRequests {
+			serve(h, addr, "/")
+			if code := serve(h, addr, "/").Code; code != http.StatusTooManyRequests {
 				t.Fatalf("second request from %s: %d", addr, code)
 			}
 			time.Sleep(time.Millisecond)
@@ -132,7 +117,7 @@ func TestAdaptiveOutcomes(t *testing.T) {
 		slow = true
 		for i := range 30 {
 			addr := fmt.Sprintf("198.51.100.%d:1", i+1)
-			if code := serve(addr); code != http.StatusServiceUnavailable {
+			if code := serve(h, addr, "/").Code; code != http.StatusServiceUnavailable {
 				t.Fatalf("request past its deadline: %d", code)
 			}
 		}
@@ -152,59 +137,64 @@ func TestAdaptiveOutcomes(t *testing.T) {
 // overload with a queue wait, the gate stops queueing.
 func TestQueueAdapt(t *testing.T) {
 	for _, adapt := range []time.Duration{0, 100 * time.Millisecond} {
-		synctest.Test(t, func(t *testing.T) {
-			m, err := New(Config{MaxInFlight: 2, QueueWait: 5 * time.Millisecond, QueueAdapt: adapt})
-			if err != nil {
-				t.Fatal(err)
-			}
-			drive(m.Handler(slowService(2, 20*time.Millisecond)), time.Millisecond, 3*time.Second)
-			g := m.Stats().Gate
-			if adapt > 0 && g.Overloads == 0 {
-				t.Errorf("QueueAdapt %v: the queue never stopped under overload: %+v", adapt, g)
-			}
-			if adapt == 0 && g.Overloads != 0 {
-				t.Errorf("no QueueAdapt, yet overloads: %+v", g)
-			}
-			if g.Waited == 0 || g.WaitTime == 0 {
-				t.Errorf("no wait counted: %+v", g)
-			}
+		t.Run(fmt.Sprintf("QueueAdapt=%v", adapt), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				m := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 2, QueueWait: 5 * time.Millisecond, QueueAdapt: adapt}})
+				drive(m.Handler(slowService(2, 20*time.Millisecond)), time.Millisecond, 3*time.Second)
+				g := m.Stats().Gate
+				if adapt > 0 && g.Overloads == 0 {
+					t.Errorf("QueueAdapt %v: the queue never stopped under overload: %+v", adapt, g)
+				}
+				if adapt == 0 && g.Overloads != 0 {
+					t.Errorf("no QueueAdapt, yet overloads: %+v", g)
+				}
+				if g.Waited == 0 || g.WaitTime == 0 {
+					t.Errorf("no wait counted: %+v", g)
+				}
+			})
 		})
 	}
 }
 
 func TestAdaptiveConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
-		cfg  Config
+		cfg  admit.Config
 		want string
 	}{
-		{Config{Adaptive: &adaptive.Config{}}, "Adaptive needs MaxInFlight"},
-		{Config{QueueAdapt: time.Second}, "QueueAdapt needs MaxInFlight"},
-		{Config{MaxInFlight: 8, QueueAdapt: time.Second}, "QueueAdapt needs QueueWait"},
-		{Config{MaxInFlight: 8, QueueWait: time.Millisecond, QueueAdapt: -time.Second}, "QueueAdapt must not be negative"},
-		{Config{MaxInFlight: 8, Adaptive: &adaptive.Config{Max: 9}}, "must not exceed MaxInFlight"},
-		{Config{MaxInFlight: 8, Adaptive: &adaptive.Config{Min: 9}}, "Adaptive (with MaxInFlight 8"},
-		{Config{MaxInFlight: 8, Adaptive: &adaptive.Config{History: -1}}, "History must be >= 0"},
+		{admit.Config{Adaptive: &adaptive.Config{}}, "Adaptive needs MaxInFlight"},
+		{admit.Config{QueueAdapt: time.Second}, "QueueAdapt needs MaxInFlight"},
+		{admit.Config{MaxInFlight: 8, QueueAdapt: time.Second}, "QueueAdapt needs QueueWait"},
+		{admit.Config{MaxInFlight: 8, QueueWait: time.Millisecond, QueueAdapt: -time.Second}, "QueueAdapt must not be negative"},
+		{admit.Config{MaxInFlight: 8, Adaptive: &adaptive.Config{Max: 9}}, "must not exceed MaxInFlight"},
+		{admit.Config{MaxInFlight: 8, Adaptive: &adaptive.Config{Min: 9}}, "Adaptive (with MaxInFlight 8"},
+		{admit.Config{MaxInFlight: 8, Adaptive: &adaptive.Config{History: -1}}, "History must be >= 0"},
 	} {
-		m, err := New(tc.cfg)
+		m, err := New(Config{Limits: tc.cfg})
 		if m != nil || err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "httplimit: ") {
 			t.Errorf("New(%+v) = %v, %v; want an error with %q", tc.cfg, m, err, tc.want)
 		}
 	}
-	if _, err := New(Config{MaxInFlight: 8, Adaptive: &adaptive.Config{Min: 9}}); !errors.Is(err, adaptive.ErrConfig) {
+	if _, err := New(Config{Limits: admit.Config{MaxInFlight: 8, Adaptive: &adaptive.Config{Min: 9}}}); !errors.Is(err, adaptive.ErrConfig) {
 		t.Errorf("a bad adaptive.Config: %v, not adaptive.ErrConfig", err)
 	}
 }
 
+// TestAdaptiveLoadEnv checks that the adaptive gate's variables configure
+// a Middleware's gate.
 func TestAdaptiveLoadEnv(t *testing.T) {
 	env := func(kv map[string]string) func(string) (string, bool) {
 		return func(k string) (string, bool) { v, ok := kv[k]; return v, ok }
 	}
-	var c Config
-	if err := c.LoadEnv("", env(map[string]string{"LIMITS_ADAPTIVE": "Vegas", "LIMITS_ADAPTIVE_MIN": "4", "LIMITS_QUEUE_ADAPT": "100ms"})); err != nil {
+	cfg := Config{Limits: admit.Config{MaxInFlight: 32}}
+	c := &cfg.Limits
+	if err := c.LoadEnv("", env(map[string]string{"LIMITS_ADAPTIVE": "Vegas", "LIMITS_ADAPTIVE_MIN": "4", "LIMITS_QUEUE_WAIT": "5ms", "LIMITS_QUEUE_ADAPT": "100ms"})); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := c.Adaptive.Law.(adaptive.Vegas); !ok || c.Adaptive.Min != 4 || c.QueueAdapt != 100*time.Millisecond {
 		t.Errorf("read %+v, %+v", c.Adaptive, c.QueueAdapt)
+	}
+	if s := mustNew(t, cfg).Stats(); s.Adaptive == nil || s.Adaptive.Min != 4 || s.Gate.Max != 32 {
+		t.Errorf("the Middleware of the loaded config: %+v", s.Adaptive)
 	}
 	if err := c.LoadEnv("", env(map[string]string{"LIMITS_ADAPTIVE": "aimd"})); err != nil {
 		t.Fatal(err)
@@ -221,12 +211,12 @@ func TestAdaptiveLoadEnv(t *testing.T) {
 		{"LIMITS_ADAPTIVE": "gradient", "LIMITS_ADAPTIVE_MIN": "0"},
 		{"LIMITS_QUEUE_ADAPT": "-1s"},
 	} {
-		var c Config
+		var c admit.Config
 		if err := c.LoadEnv("", env(kv)); err == nil {
 			t.Errorf("LoadEnv(%v) did not fail: %+v", kv, c)
 		}
 	}
-	var login Config
+	var login admit.Config
 	if err := login.LoadEnv("LIMITS_LOGIN_", env(map[string]string{"LIMITS_LOGIN_ADAPTIVE_MIN": "2"})); err == nil || !strings.Contains(err.Error(), "set LIMITS_LOGIN_ADAPTIVE to a law") {
 		t.Errorf("a floor without a law: %v", err)
 	}
@@ -244,16 +234,10 @@ func aimdConfig() *adaptive.Config {
 // client left are reported as Ignored, never as served or as overload.
 func TestAdaptiveIgnoresWhatSaysNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m, err := New(Config{MaxInFlight: 8, Timeout: time.Second, Adaptive: aimdConfig()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		route, err := m.With(Policy{Name: "route", Rate: limits.Limit{Events: 1, Period: time.Hour}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 8, Timeout: time.Second, Adaptive: aimdConfig(),
+			Policies: []admit.Policy{{Name: "route", Routes: []string{"/"}, Rate: limits.Limit{Events: 1, Period: time.Hour}}}}})
 		var mode string
-		h := m.Handler(route.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			time.Sleep(time.Millisecond)
 			switch mode {
 			case "panic":
@@ -261,7 +245,7 @@ func TestAdaptiveIgnoresWhatSaysNothing(t *testing.T) {
 			case "wait":
 				<-r.Context().Done()
 			}
-		})))
+		}))
 		serve := func(addr string, ctx context.Context) int {
 			w := httptest.NewRecorder()
 			r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/", nil)

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 )
 
 // benchRequests returns requests from 1,024 client addresses, to be served
@@ -30,21 +32,33 @@ func (d *discard) Header() http.Header         { return d.h }
 func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
 func (d *discard) WriteHeader(int)             {}
 
+// fast is a rate no benchmark or allocation test reaches.
+var fast = limits.Limit{Events: 1_000_000_000, Period: time.Second}
+
 // benchConfigs are the middleware set-ups measured, each against the bare
 // handler. Limits are high enough that nothing is refused.
 var benchConfigs = []struct {
 	name string
 	cfg  Config
 }{
-	{"Rate", Config{Rate: limits.Limit{Events: 1_000_000_000, Period: time.Second}}},
-	{"Gate+Rate", Config{MaxInFlight: 1024, Rate: limits.Limit{Events: 1_000_000_000, Period: time.Second}}},
-	{"All", Config{
-		Exempt:               ExemptPaths("/healthz"),
+	{"Rate", Config{Limits: admit.Config{Rate: fast}}},
+	{"Gate+Rate", Config{Limits: admit.Config{MaxInFlight: 1024, Rate: fast}}},
+	{"All", Config{Limits: admit.Config{
+		Exempt:               []string{"/healthz"},
 		MaxInFlight:          1024,
-		Rate:                 limits.Limit{Events: 1_000_000_000, Period: time.Second},
-		CallerKey:            HeaderKey("X-Api-Key"),
+		Rate:                 fast,
+		CallerKey:            "X-Api-Key",
 		MaxInFlightPerClient: 1024,
-	}},
+	}}},
+	{"Routes", Config{Limits: admit.Config{
+		Exempt:      []string{"/healthz", "/static/"},
+		MaxInFlight: 1024,
+		Rate:        fast,
+		Policies: []admit.Policy{
+			{Name: "login", Routes: []string{"POST /login"}, Rate: fast},
+			{Name: "api", Routes: []string{"/api/"}, Rate: fast},
+		},
+	}}},
 }
 
 // BenchmarkMiddleware measures the middleware's cost per request against
@@ -63,7 +77,7 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 	runParallel := func(b *testing.B, h http.Handler) {
 		b.ReportAllocs()
-		b.SetParallelism(max(1, 8/runtimeProcs()))
+		b.SetParallelism(max(1, 8/runtime.GOMAXPROCS(0)))
 		b.RunParallel(func(pb *testing.PB) {
 			w := &discard{h: make(http.Header)}
 			i := 0
@@ -83,33 +97,74 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 }
 
-// allocsPerRequest are the allocations per request of each configuration,
-// the handler's own one included: without a gate, the client's key and
-// the rate limit header values (one string and one slice for all); with
-// a gate, the request's state alone, which then holds the request's copy
-// carrying it, the handler's writer, the key's bytes and the header
-// values, and their text if it fits (that of one policy's); with a
-// caller key, that key's bucket name and the text of two policies'
-// header values.
-var allocsPerRequest = map[string]float64{"Rate": 4, "Gate+Rate": 2, "All": 4}
+// allocsOf returns the allocations per request of h in the steady state,
+// every client known, from prebuilt requests and a reused writer.
+func allocsOf(h http.Handler, reqs []*http.Request) float64 {
+	w := &discard{h: make(http.Header)}
+	for _, r := range reqs {
+		h.ServeHTTP(w, r)
+	}
+	i := 0
+	return testing.AllocsPerRun(500, func() {
+		clear(w.h)
+		h.ServeHTTP(w, reqs[i%len(reqs)])
+		i++
+	})
+}
+
+// allocsPerRequest are the allocations per request each configuration
+// adds to those of the bare handler: the request's state, which holds
+// its admission, the handler's writer and the text of one policy's rate
+// limit fields; with a caller key, that key's bucket name; with two
+// policies' fields, their text.
+var allocsPerRequest = map[string]float64{"Rate": 1, "Gate+Rate": 1, "All": 3, "Routes": 2}
 
 func TestMiddlewareAllocs(t *testing.T) {
 	reqs := benchRequests()
+	bare := allocsOf(ok, reqs)
 	for _, c := range benchConfigs {
-		h := mustNew(t, c.cfg).Handler(ok)
-		w := &discard{h: make(http.Header)}
-		for _, r := range reqs { // every client known: the steady state
-			h.ServeHTTP(w, r)
-		}
-		i := 0
-		got := testing.AllocsPerRun(500, func() {
-			clear(w.h)
-			h.ServeHTTP(w, reqs[i%len(reqs)])
-			i++
-		})
-		if want := allocsPerRequest[c.name]; got > want {
+		m := mustNew(t, c.cfg)
+		got := allocsOf(m.Handler(ok), reqs)
+		if want := bare + allocsPerRequest[c.name]; got > want {
 			t.Errorf("%s: %v allocations per request, more than the %v documented", c.name, got, want)
 		}
-		t.Logf("%s: %v allocations per request", c.name, got)
+		if refused(m) {
+			t.Errorf("%s: requests refused: %v", c.name, m.Stats().Requests)
+		}
+		t.Logf("%s: %v allocations per request, the bare handler %v", c.name, got, bare)
 	}
+}
+
+// TestGateAllocs checks that a gate costs no allocation: a request
+// through a Middleware with a gate and a rate allocates no more than one
+// through a Middleware with the rate alone, which allocates one more than
+// the bare handler, the request's state.
+func TestGateAllocs(t *testing.T) {
+	rate := limits.Limit{Events: 1_000_000, Period: time.Minute}
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	reqs := []*http.Request{r}
+	bare := allocsOf(ok, reqs)
+	rateOnly := mustNew(t, Config{Limits: admit.Config{Rate: rate}})
+	gated := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 1024, Rate: rate}})
+	withRate, withGate := allocsOf(rateOnly.Handler(ok), reqs), allocsOf(gated.Handler(ok), reqs)
+	if withGate > withRate || withRate > bare+1 {
+		t.Errorf("allocations per request: %v with a gate and a rate, %v with the rate alone, %v bare; want at most %v, %v",
+			withGate, withRate, bare, withRate, bare+1)
+	}
+	for _, m := range []*Middleware{rateOnly, gated} {
+		if refused(m) {
+			t.Errorf("requests refused: %v", m.Stats().Requests)
+		}
+	}
+}
+
+// refused reports whether m refused a request, or admitted none.
+func refused(m *Middleware) bool {
+	s := m.Stats()
+	for reason, n := range s.Requests {
+		if n > 0 && limits.Reason(reason) != admit.Allowed {
+			return true
+		}
+	}
+	return s.Requests[admit.Allowed] == 0
 }

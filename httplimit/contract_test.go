@@ -2,8 +2,8 @@ package httplimit
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,42 +14,23 @@ import (
 	"time"
 
 	"github.com/limitsgo/limits"
-	"github.com/limitsgo/limits/internal/front"
+	"github.com/limitsgo/limits/admit"
 )
 
-// serve sends one GET for path from the client address remote, with header
-// name-value pairs, straight to h.
-func serve(h http.Handler, remote, path string, header ...string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(http.MethodGet, path, nil)
-	r.RemoteAddr = remote
-	for i := 0; i+1 < len(header); i += 2 {
-		r.Header.Add(header[i], header[i+1])
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
-}
-
-// problemOf decodes a refusal's problem body.
-func problemOf(t *testing.T, w *httptest.ResponseRecorder) problem {
-	t.Helper()
-	var p problem
-	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
-		t.Fatalf("body %q: %v", w.Body.String(), err)
-	}
-	return p
-}
+// addressMultiplier is the address bucket's scale with a caller key when
+// Limits.AddressMultiplier is 0.
+const addressMultiplier = 4
 
 // TestSessionRotationFloodKeepsTable has one address send a new session
 // cookie with every request, far past its address limit, and checks that
 // it cannot fill the caller-key table: a new user elsewhere is still
 // served, and the table holds no more keys than the address was allowed.
 func TestSessionRotationFloodKeepsTable(t *testing.T) {
-	m := mustNew(t, Config{
+	m := mustNew(t, Config{Limits: admit.Config{
 		Rate:      limits.Limit{Events: 1, Period: time.Minute},
-		CallerKey: CookieKey("s"),
+		CallerKey: "cookie:s",
 		MaxKeys:   20,
-	})
+	}})
 	h := m.Handler(ok)
 	served := 0
 	for i := range 500 {
@@ -57,8 +38,15 @@ func TestSessionRotationFloodKeepsTable(t *testing.T) {
 			served++
 		}
 	}
-	if served != DefaultAddressMultiplier {
-		t.Errorf("rotating address: %d served, want its address allowance %d", served, DefaultAddressMultiplier)
+	if served != addressMultiplier {
+		t.Errorf("rotating address: %d served, want its address allowance %d", served, addressMultiplier)
+	}
+	keys := map[string]int{}
+	for _, p := range m.Stats().Policies {
+		keys[p.Name] = p.Keys
+	}
+	if keys["default"] != addressMultiplier {
+		t.Errorf("caller keys held after the flood: %v, want %d for default, the requests the address allowed", keys, addressMultiplier)
 	}
 	for i := range 5 {
 		w := serve(h, fmt.Sprintf("192.0.2.%d:1000", 10+i), "/", "Cookie", fmt.Sprintf("s=new%d", i))
@@ -72,11 +60,11 @@ func TestSessionRotationFloodKeepsTable(t *testing.T) {
 // sessions, then sends a session's request from it: refused by the
 // address bucket, it must not have spent the session's own bucket.
 func TestAddressRefusalLeavesSessionWhole(t *testing.T) {
-	m := mustNew(t, Config{
+	m := mustNew(t, Config{Limits: admit.Config{
 		Rate:              limits.Limit{Events: 2, Period: time.Hour},
-		CallerKey:         CookieKey("s"),
+		CallerKey:         "cookie:s",
 		AddressMultiplier: 1,
-	})
+	}})
 	h := m.Handler(ok)
 	for _, s := range []string{"s=y", "s=z"} {
 		if w := serve(h, "198.51.100.1:1", "/", "Cookie", s); w.Code != 200 {
@@ -100,7 +88,7 @@ func TestAddressRefusalLeavesSessionWhole(t *testing.T) {
 // checks that they did not spend its rate quota.
 func TestConcurrencyRefusalKeepsRateQuota(t *testing.T) {
 	release, entered := make(chan struct{}), make(chan struct{})
-	m := mustNew(t, Config{Rate: limits.Limit{Events: 3, Period: time.Hour}, MaxInFlightPerClient: 1})
+	m := mustNew(t, Config{Limits: admit.Config{Rate: limits.Limit{Events: 3, Period: time.Hour}, MaxInFlightPerClient: 1}})
 	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
 			entered <- struct{}{}
@@ -111,7 +99,7 @@ func TestConcurrencyRefusalKeepsRateQuota(t *testing.T) {
 	go func() { done <- serve(h, "192.0.2.1:1", "/slow").Code }()
 	<-entered
 	for range 5 {
-		if w := serve(h, "192.0.2.1:2", "/"); w.Code != 429 || problemOf(t, w).Reason != ReasonConcurrencyLimited {
+		if w := serve(h, "192.0.2.1:2", "/"); w.Code != 429 || reasonOf(t, w) != "concurrency_limited" {
 			t.Fatalf("while one is in progress: %d %s", w.Code, w.Body.String())
 		}
 	}
@@ -134,7 +122,7 @@ func TestPerClientConcurrencyExact(t *testing.T) {
 	var arrived sync.WaitGroup
 	arrived.Add(clients)
 	release := make(chan struct{})
-	m := mustNew(t, Config{MaxInFlightPerClient: 1})
+	m := mustNew(t, Config{Limits: admit.Config{MaxInFlightPerClient: 1}})
 	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		arrived.Done()
 		<-release
@@ -175,20 +163,20 @@ func TestTimeoutBoundsLimiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := stuck{make(chan struct{})}
 		defer close(l.release)
-		m := mustNew(t, Config{Limiter: l, MaxInFlight: 1, Timeout: time.Second})
+		m := mustNew(t, Config{Limits: admit.Config{Limiters: named(l), Limiter: "l", MaxInFlight: 1, Timeout: time.Second}})
 		h := m.Handler(ok)
 		for i := range 3 {
 			start := time.Now()
 			w := serve(h, "192.0.2.1:1", "/")
-			if w.Code != 503 || problemOf(t, w).Reason != ReasonLimiterError {
+			if w.Code != 503 || reasonOf(t, w) != "limiter_error" {
 				t.Errorf("request %d: %d %s, want 503 limiter_error", i, w.Code, w.Body.String())
 			}
 			if d := time.Since(start); d > time.Second {
 				t.Errorf("request %d took %v, past the 1s deadline", i, d)
 			}
 		}
-		if s := m.Stats(); s.LimiterError != 3 || s.Gate.InFlight != 0 {
-			t.Errorf("Stats %+v: want 3 limiter errors and the gate empty", s)
+		if s := m.Stats(); s.Policies[0].Requests[admit.LimiterError] != 3 || s.Gate.InFlight != 0 {
+			t.Errorf("Stats %+v, gate %+v: want 3 limiter errors and the gate empty", s.Policies, s.Gate)
 		}
 	})
 }
@@ -205,10 +193,10 @@ func (fixed) Refund(context.Context, string, limits.Decision) error { return nil
 // request that can never pass gets no Retry-After promising otherwise.
 func TestRefusalsFromDecisions(t *testing.T) {
 	above := limits.Decision{Reason: limits.ReasonCostAboveBurst, Limit: 5, Period: time.Minute, Burst: 5, Cost: 9, Remaining: 2, ResetAfter: 36 * time.Second, At: time.Now()}
-	m := mustNew(t, Config{Limiter: fixed{above}})
+	m := mustNew(t, Config{Limits: admit.Config{Limiters: named(fixed{above}), Limiter: "l"}})
 	w := serve(m.Handler(ok), "192.0.2.1:1", "/")
-	if p := problemOf(t, w); p.Reason != "cost_above_burst" {
-		t.Errorf("cost above the burst: reason %q, want cost_above_burst", p.Reason)
+	if w.Code != 429 || reasonOf(t, w) != "cost_above_burst" {
+		t.Errorf("cost above the burst: %d, reason %q, want 429 cost_above_burst", w.Code, reasonOf(t, w))
 	}
 	if got := w.Header().Get("Retry-After"); got != "" {
 		t.Errorf("cost above the burst: Retry-After %q, want none", got)
@@ -218,10 +206,28 @@ func TestRefusalsFromDecisions(t *testing.T) {
 	}
 
 	limited := limits.Decision{Reason: limits.ReasonRateLimited, Limit: 5, Period: time.Minute, Burst: 5, Cost: 1, RetryAfter: 2500 * time.Millisecond, ResetAfter: time.Minute, At: time.Now()}
-	m = mustNew(t, Config{Limiter: fixed{limited}})
+	m = mustNew(t, Config{Limits: admit.Config{Limiters: named(fixed{limited}), Limiter: "l"}})
 	w = serve(m.Handler(ok), "192.0.2.1:1", "/")
 	if w.Code != 429 || w.Header().Get("Retry-After") != "3" || w.Header().Get("RateLimit") != `"default";r=0;t=3` {
 		t.Errorf("rate limited: %d, Retry-After %q, RateLimit %q; want 429, 3 and t=3", w.Code, w.Header().Get("Retry-After"), w.Header().Get("RateLimit"))
+	}
+}
+
+// TestRetryAfterNeverWraps has a limiter refuse with a retry delay near
+// the largest Duration: Retry-After must still be a count of seconds no
+// earlier than the delay, and agree with the RateLimit field's t.
+func TestRetryAfterNeverWraps(t *testing.T) {
+	for _, retry := range []time.Duration{math.MaxInt64, math.MaxInt64 - time.Second/2} {
+		d := limits.Decision{Reason: limits.ReasonRateLimited, Limit: 5, Period: time.Minute, Burst: 5, Cost: 1, RetryAfter: retry, ResetAfter: time.Minute, At: time.Now()}
+		m := mustNew(t, Config{Limits: admit.Config{Limiters: named(fixed{d}), Limiter: "l"}})
+		w := serve(m.Handler(ok), "192.0.2.1:1", "/")
+		want := fmt.Sprint(int64(math.MaxInt64) / int64(time.Second))
+		if got := w.Header().Get("Retry-After"); got != want {
+			t.Errorf("RetryAfter %d: Retry-After %q, want %s", retry, got, want)
+		}
+		if got := w.Header().Get("RateLimit"); got != `"default";r=0;t=`+want {
+			t.Errorf("RetryAfter %d: RateLimit %q, want t=%s", retry, got, want)
+		}
 	}
 }
 
@@ -229,7 +235,7 @@ func TestRefusalsFromDecisions(t *testing.T) {
 // key, refused by the bucket keyless requests share per address, is not
 // reported under the caller key's policy, which it never used.
 func TestKeylessRefusalNamesItsPolicy(t *testing.T) {
-	m := mustNew(t, Config{Rate: limits.Limit{Events: 1, Period: time.Hour}, CallerKey: HeaderKey("X-Api-Key"), PolicyName: "apikey"})
+	m := mustNew(t, Config{Limits: admit.Config{Rate: limits.Limit{Events: 1, Period: time.Hour}, CallerKey: "X-Api-Key", PolicyName: "apikey"}})
 	h := m.Handler(ok)
 	serve(h, "192.0.2.1:1", "/")
 	w := serve(h, "192.0.2.1:1", "/")
@@ -238,7 +244,7 @@ func TestKeylessRefusalNamesItsPolicy(t *testing.T) {
 	}
 	p := problemOf(t, w)
 	if len(p.Violated) != 1 || p.Violated[0] == "apikey" {
-		t.Errorf("keyless refusal names %q, want its own policy", p.Violated)
+		t.Fatalf("keyless refusal names %q, want its own policy", p.Violated)
 	}
 	if !strings.HasPrefix(w.Header().Get("RateLimit"), fmt.Sprintf("%q;", p.Violated[0])) {
 		t.Errorf("RateLimit %q does not name the violated policy %q", w.Header().Get("RateLimit"), p.Violated)
@@ -250,7 +256,7 @@ func TestKeylessRefusalNamesItsPolicy(t *testing.T) {
 // back in exactly 10s.
 func TestResetWithinWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := mustNew(t, Config{Rate: limits.Limit{Events: 3, Period: 10 * time.Second}})
+		m := mustNew(t, Config{Limits: admit.Config{Rate: limits.Limit{Events: 3, Period: 10 * time.Second}}})
 		h := m.Handler(ok)
 		var w *httptest.ResponseRecorder
 		for range 3 {
@@ -262,59 +268,17 @@ func TestResetWithinWindow(t *testing.T) {
 	})
 }
 
-func TestLoadEnvZeroQueueWait(t *testing.T) {
-	var c Config
-	err := c.LoadEnv("", func(k string) (string, bool) {
-		if k == EnvQueueWait {
-			return "0", true
-		}
-		return "", false
-	})
-	if err != nil || c.QueueWait != 0 {
-		t.Errorf("%s=0, the documented default: %v, QueueWait %v", EnvQueueWait, err, c.QueueWait)
-	}
-}
-
 // TestNewErrorsDeterministic checks that a config with several bad fields
 // always gets the same error.
 func TestNewErrorsDeterministic(t *testing.T) {
-	cfg := Config{MaxInFlight: -1, QueueWait: -1, Timeout: -1, Burst: -1, MaxKeys: -1}
+	cfg := Config{Limits: admit.Config{MaxInFlight: -1, QueueWait: -1, Timeout: -1, Burst: -1, MaxKeys: -1}}
 	_, first := New(cfg)
+	if first == nil {
+		t.Fatal("New accepted negative counts")
+	}
 	for range 50 {
 		if _, err := New(cfg); err == nil || err.Error() != first.Error() {
 			t.Fatalf("New gave %v, then %v", first, err)
-		}
-	}
-}
-
-// TestReasonsShared checks that the reason codes are those every front end
-// uses.
-func TestReasonsShared(t *testing.T) {
-	for got, want := range map[string]string{
-		ReasonRateLimited: front.ReasonRateLimited, ReasonServerBusy: front.ReasonServerBusy,
-		ReasonRequestTimeout: front.ReasonRequestTimeout, ReasonLimiterError: front.ReasonLimiterError,
-		ReasonTableFull: front.ReasonTableFull, ReasonCostAboveBurst: front.ReasonCostAboveBurst,
-		ReasonInvalidCost: front.ReasonInvalidCost, ReasonConcurrencyLimited: front.ReasonConcurrencyLimited,
-		ReasonConcurrencyTableFull: front.ReasonConcurrencyTableFull,
-	} {
-		if got != want {
-			t.Errorf("reason %q, the front ends say %q", got, want)
-		}
-	}
-}
-
-// TestEnvShared checks that the environment variables are those every
-// front end reads.
-func TestEnvShared(t *testing.T) {
-	for got, want := range map[string]string{
-		EnvRate: front.EnvRate, EnvBurst: front.EnvBurst, EnvMaxKeys: front.EnvMaxKeys, EnvMaxInFlight: front.EnvMaxInFlight,
-		EnvQueueWait: front.EnvQueueWait, EnvTimeout: front.EnvTimeout, EnvBusyRetryAfter: front.EnvBusyRetryAfter,
-		EnvLimiterTimeout: front.EnvLimiterTimeout, EnvAddressMultiplier: front.EnvAddressMultiplier,
-		EnvMaxInFlightPerClient: front.EnvMaxInFlightPerClient, EnvTrustedProxies: front.EnvTrustedProxies,
-		EnvForwardedHeader: front.EnvForwardedHeader, EnvOnLimiterError: front.EnvOnLimiterError, EnvPolicyName: front.EnvPolicyName,
-	} {
-		if got != want {
-			t.Errorf("variable %q, the front ends say %q", got, want)
 		}
 	}
 }
@@ -344,25 +308,26 @@ func TestTimeoutFromAdmission(t *testing.T) {
 		never := stuck{make(chan struct{})}
 		defer close(never.release)
 		var started atomic.Int32
-		m := mustNew(t, Config{Timeout: 100 * time.Millisecond, MaxInFlight: 2, Limiter: never,
-			CallerKey: HeaderKey("X-Key"), CallerLimiter: never, OnLimiterError: FailOpen})
+		m := mustNew(t, Config{Limits: admit.Config{Timeout: 100 * time.Millisecond, MaxInFlight: 2,
+			Limiters: named(never), Limiter: "l", CallerKey: "X-Key", CallerLimiter: "l", FailOpen: true}})
 		h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { started.Add(1) }))
 		start := time.Now()
 		w := serve(h, "192.0.2.1:1", "/", "X-Key", "k")
-		if w.Code != 503 || problemOf(t, w).Reason != ReasonRequestTimeout || time.Since(start) != 100*time.Millisecond {
+		if w.Code != 503 || reasonOf(t, w) != "request_timeout" || time.Since(start) != 100*time.Millisecond {
 			t.Errorf("hanging limiters: %d %s after %v, want 503 request_timeout after 100ms", w.Code, w.Body.String(), time.Since(start))
 		}
 		synctest.Wait()
 		if n := started.Load(); n != 0 {
 			t.Errorf("the handler started %d times past the deadline", n)
 		}
-		if s := m.Stats(); s.RequestTimeout != 1 || s.Allowed != 0 || s.Gate.InFlight != 0 {
-			t.Errorf("Stats %+v, gate %+v: want 1 timeout, none allowed, the gate empty", s, s.Gate)
+		if s := m.Stats(); s.Requests[admit.RequestTimeout] != 1 || s.Requests[admit.Allowed] != 0 || s.Gate.InFlight != 0 {
+			t.Errorf("Stats %+v, gate %+v: want 1 timeout, none allowed, the gate empty", s.Requests, s.Gate)
 		}
 
 		deadlines := make(chan time.Time, 1)
-		m = mustNew(t, Config{Timeout: 100 * time.Millisecond, Limiter: slow{30 * time.Millisecond},
-			CallerKey: HeaderKey("X-Key"), CallerLimiter: slow{30 * time.Millisecond}})
+		sl := slow{30 * time.Millisecond}
+		m = mustNew(t, Config{Limits: admit.Config{Timeout: 100 * time.Millisecond,
+			Limiters: named(sl), Limiter: "l", CallerKey: "X-Key", CallerLimiter: "l"}})
 		h = m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			d, _ := r.Context().Deadline()
 			deadlines <- d
@@ -376,4 +341,39 @@ func TestTimeoutFromAdmission(t *testing.T) {
 				w.Code, time.Since(start), deadline.Sub(start))
 		}
 	})
+}
+
+// TestClientGoneWhileLimiterDecides has the client leave while a remote
+// limiter decides its request: nobody is answered, the handler never
+// runs, the local charge in front is given back and the place in the gate
+// too, and no limiter failure is counted, as none failed.
+func TestClientGoneWhileLimiterDecides(t *testing.T) {
+	t.Skip("engine: a client leaving while a remote limiter decides is counted and logged as limiter_error (and answered 503 limiter_error when failing closed), where Admit's doc says it returns ctx's error")
+	for _, failOpen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("FailOpen=%v", failOpen), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				m := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 1, Rate: limits.Limit{Events: 2, Period: time.Hour},
+					Limiters: named(slow{100 * time.Millisecond}), Limiter: "l", FailOpen: failOpen}})
+				called := false
+				h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called = true }))
+				ctx, cancel := context.WithCancel(context.Background())
+				time.AfterFunc(10*time.Millisecond, cancel) // the client leaves
+				r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/", nil)
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				if called || w.Body.Len() != 0 || len(w.Header()) != 0 {
+					t.Errorf("the handler called %v, answered %d %q %v; want nothing", called, w.Code, w.Body.String(), w.Header())
+				}
+				if s := m.Stats(); s.Gate.InFlight != 0 || s.Requests[admit.LimiterError] != 0 || s.Policies[0].Requests[admit.LimiterError] != 0 {
+					t.Errorf("Stats %v, policy %v, gate %+v; want no limiter error and the gate empty", s.Requests, s.Policies[0].Requests, s.Gate)
+				}
+				// The local bucket of 2 an hour lost nothing.
+				for i, want := range []int{200, 200, 429} {
+					if w := serve(h, "192.0.2.1:1234", "/"); w.Code != want {
+						t.Errorf("request %d after the client left: %d, want %d", i, w.Code, want)
+					}
+				}
+			})
+		})
+	}
 }

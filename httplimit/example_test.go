@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/httplimit"
 )
 
@@ -32,11 +33,11 @@ func get(h http.Handler, remote, path string, header ...string) {
 var hello = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello\n") })
 
 func Example() {
-	m, err := httplimit.New(httplimit.Config{
-		Exempt:      httplimit.ExemptPaths("/healthz"),
+	m, err := httplimit.New(httplimit.Config{Limits: admit.Config{
+		Exempt:      []string{"/healthz"},
 		MaxInFlight: 512,                                          // 503 server_busy beyond
 		Rate:        limits.Limit{Events: 2, Period: time.Minute}, // 429 rate_limited, per client address
-	})
+	}})
 	if err != nil {
 		panic(err)
 	}
@@ -47,7 +48,7 @@ func Example() {
 	get(h, "192.0.2.1:4711", "/healthz") // exempt
 	get(h, "192.0.2.2:4711", "/")        // another client
 	s := m.Stats()
-	fmt.Println("allowed", s.Allowed, "rate limited", s.RateLimited, "exempt", s.Exempt)
+	fmt.Println("allowed", s.Requests[admit.Allowed], "rate limited", s.Requests[limits.ReasonRateLimited], "exempt", s.Requests[admit.Exempt])
 	// Output:
 	// / 200 "default";r=1;t=30
 	// / 200 "default";r=0;t=60
@@ -60,40 +61,47 @@ func Example() {
 // One process has one gate, while its routes carry policies of their own:
 // a login limited per address, an API limited per key, uploads that cost
 // their size. A request refused by a route's policy gets back what the
-// others charged.
-func ExampleMiddleware_With() {
+// others charged. Config.Cost gives a request's cost in every policy
+// without a Cost of its own: the address bucket too.
+func ExampleConfig_policies() {
 	m, err := httplimit.New(httplimit.Config{
-		MaxInFlight: 512,
-		Rate:        limits.Limit{Events: 100, Period: time.Minute}, // every route, per address
+		Limits: admit.Config{
+			MaxInFlight: 512,
+			Rate:        limits.Limit{Events: 120, Period: time.Minute}, // every route, per address
+			Policies: []admit.Policy{
+				{Name: "login", Routes: []string{"/login"}, Rate: limits.Limit{Events: 1, Period: time.Minute}},
+				{Name: "api", Routes: []string{"/api/"}, Rate: limits.Limit{Events: 10, Period: time.Minute}, Key: "X-Api-Key"},
+				{Name: "upload", Routes: []string{"/upload"}, Rate: limits.Limit{Events: 50, Period: time.Hour}}, // megabytes an hour
+			},
+		},
+		Cost: func(r *http.Request) int {
+			if r.URL.Path == "/upload" {
+				mb, _ := strconv.Atoi(r.URL.Query().Get("mb"))
+				return mb
+			}
+			return 1
+		},
 	})
 	if err != nil {
 		panic(err)
 	}
-	login, _ := m.With(httplimit.Policy{Name: "login", Rate: limits.Limit{Events: 1, Period: time.Minute}})
-	api, _ := m.With(httplimit.Policy{Name: "api", Rate: limits.Limit{Events: 10, Period: time.Minute}, Key: httplimit.HeaderKey("X-Api-Key")})
-	upload, _ := m.With(httplimit.Policy{
-		Name: "upload", Rate: limits.Limit{Events: 50, Period: time.Hour}, // megabytes an hour
-		Cost: func(r *http.Request) int { mb, _ := strconv.Atoi(r.URL.Query().Get("mb")); return mb },
-	})
-	mux := http.NewServeMux()
-	mux.Handle("/login", login.Handler(hello))
-	mux.Handle("/api", api.Handler(hello))
-	mux.Handle("/upload", upload.Handler(hello))
-	h := m.Handler(mux)
+	h := m.Handler(hello)
 
 	get(h, "192.0.2.1:1", "/login")
 	get(h, "192.0.2.1:1", "/login")
-	get(h, "192.0.2.1:1", "/api", "X-Api-Key", "k1")
-	get(h, "192.0.2.1:1", "/upload?mb=40")
+	get(h, "192.0.2.1:1", "/api/items", "X-Api-Key", "k1")
+	get(h, "192.0.2.1:1", "/upload?mb=43")
 	get(h, "192.0.2.1:1", "/upload?mb=20")
-	get(h, "192.0.2.1:1", "/upload?mb=60") // more than the policy ever allows at once
+	get(h, "192.0.2.1:1", "/upload?mb=55") // more than the policy ever allows at once
+	get(h, "192.0.2.1:1", "/")
 	// Output:
-	// /login 200 "default";r=99;t=1, "login";r=0;t=60
+	// /login 200 "default";r=119;t=1, "login";r=0;t=60
 	// /login 429 "login";r=0;t=60 60
-	// /api 200 "default";r=98;t=2, "api";r=9;t=6
-	// /upload 200 "default";r=97;t=2, "upload";r=10;t=2880
-	// /upload 429 "upload";r=10;t=720 720
-	// /upload 429 "upload";r=10;t=2880
+	// /api/items 200 "default";r=118;t=1, "api";r=9;t=6
+	// /upload 200 "default";r=75;t=23, "upload";r=7;t=3096
+	// /upload 429 "upload";r=7;t=936 936
+	// /upload 429 "upload";r=7;t=3096
+	// / 200 "default";r=74;t=23
 }
 
 // A limiter shared by a fleet (here standing in for a redislimit.GCRA)
@@ -101,10 +109,11 @@ func ExampleMiddleware_With() {
 // in this process is refused without a call to the shared store.
 func ExampleConfig_localBeforeShared() {
 	shared := &countingLimiter{Limiter: limits.NewGCRA(2, time.Minute)}
-	m, err := httplimit.New(httplimit.Config{
-		Limiter: shared,
-		Rate:    limits.Limit{Events: 2, Period: time.Minute}, // asked first, in this process
-	})
+	m, err := httplimit.New(httplimit.Config{Limits: admit.Config{
+		Limiters: map[string]limits.Limiter{"fleet": shared},
+		Limiter:  "fleet",
+		Rate:     limits.Limit{Events: 2, Period: time.Minute}, // asked first, in this process
+	}})
 	if err != nil {
 		panic(err)
 	}
@@ -136,7 +145,7 @@ func (c *countingLimiter) Take(ctx context.Context, key string, n int) (limits.D
 // An operator unblocks a client by hand, with the key the middleware uses
 // for its address.
 func ExampleMiddleware_Reset() {
-	m, _ := httplimit.New(httplimit.Config{Rate: limits.Limit{Events: 1, Period: time.Hour}})
+	m, _ := httplimit.New(httplimit.Config{Limits: admit.Config{Rate: limits.Limit{Events: 1, Period: time.Hour}}})
 	h := m.Handler(hello)
 	get(h, "198.51.100.7:1", "/")
 	get(h, "198.51.100.7:1", "/")
@@ -159,7 +168,7 @@ func ExampleMiddleware_Reset() {
 // it wrote; and a:invalid only for a peer whose own address cannot be
 // parsed.
 func ExampleMiddleware_ClientKey() {
-	m, err := httplimit.New(httplimit.Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+	m, err := httplimit.New(httplimit.Config{Limits: admit.Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -181,4 +190,24 @@ func ExampleMiddleware_ClientKey() {
 	// a:10.0.0.1/32
 	// a:10.0.0.2/32
 	// a:invalid
+}
+
+// A WebSocket or a stream counts against the gate while it is set up, and
+// gives its place back once it runs: a hijacked connection gives it back
+// by itself; other long-lived handlers call ReleaseCapacity.
+func ExampleReleaseCapacity() {
+	m, err := httplimit.New(httplimit.Config{Limits: admit.Config{MaxInFlight: 1}})
+	if err != nil {
+		panic(err)
+	}
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The costly part: authenticate, subscribe...
+		httplimit.ReleaseCapacity(w)
+		fmt.Println("in the gate while streaming:", m.Stats().Gate.InFlight)
+		// ...stream for as long as the client listens.
+	}))
+	get(h, "192.0.2.1:1", "/events")
+	// Output:
+	// in the gate while streaming: 0
+	// /events 200
 }

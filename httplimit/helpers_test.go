@@ -2,13 +2,87 @@ package httplimit
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
-	"runtime"
+	"net/http/httptest"
 	"sync"
 	"testing"
+
+	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/adaptive"
+	"github.com/limitsgo/limits/admit"
 )
+
+// mustNew returns a Middleware configured by cfg, failing the test on an
+// error.
+func mustNew(t testing.TB, cfg Config) *Middleware {
+	t.Helper()
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// named returns the map of Limiters that holds l under the name "l".
+func named(l limits.Limiter) map[string]limits.Limiter {
+	return map[string]limits.Limiter{"l": l}
+}
+
+// serve sends one GET for path from the client address remote, with header
+// name-value pairs, straight to h.
+func serve(h http.Handler, remote, path string, header ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodGet, path, nil)
+	r.RemoteAddr = remote
+	for i := 0; i+1 < len(header); i += 2 {
+		r.Header.Add(header[i], header[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// problemOf decodes a refusal's problem body.
+func problemOf(t *testing.T, w *httptest.ResponseRecorder) problem {
+	t.Helper()
+	var p problem
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+		t.Fatalf("body %q: %v", w.Body.String(), err)
+	}
+	return p
+}
+
+// reasonOf returns the reason code of a refusal's problem body, "" for a
+// response that is none.
+func reasonOf(t *testing.T, w *httptest.ResponseRecorder) string {
+	t.Helper()
+	if w.Code < 400 {
+		return ""
+	}
+	return problemOf(t, w).Reason
+}
+
+// freeFor returns how many requests of the client at peer m would admit
+// now, up to most, by admitting them through its engine and ending them
+// at once: with a per-client cap of most and a gate of at least most, it
+// is most exactly when the client holds no place and no count. The probe
+// counts in Stats.
+func freeFor(t *testing.T, m *Middleware, peer string, most int) int {
+	t.Helper()
+	tickets := make([]admit.Ticket, most)
+	n := 0
+	for ; n < most; n++ {
+		if err := m.Engine().Admit(context.Background(), &admit.Request{Peer: peer, Route: "/probe"}, &tickets[n]); err != nil {
+			break
+		}
+	}
+	for i := range n {
+		tickets[i].Done(adaptive.Ignored)
+	}
+	return n
+}
 
 // pipeListener is an in-memory network for a real http.Server and real
 // http.Clients inside synctest bubbles, where loopback sockets would keep
@@ -119,5 +193,3 @@ func goGet(t *testing.T, c *http.Client, path string) {
 
 // ok is a handler that answers 200 "ok".
 var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
-
-func runtimeProcs() int { return runtime.GOMAXPROCS(0) }

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/limitsgo/limits"
-	"github.com/limitsgo/limits/internal/front"
+	"github.com/limitsgo/limits/admit"
 )
 
 // recorder is a Limiter that decides with a local GCRA and remembers its
@@ -55,7 +55,7 @@ func (r *recorder) lastDecision() limits.Decision {
 func TestRateHeadersExact(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{g: limits.NewGCRA(3, 10*time.Second)} // T = 3.333...s
-		m := mustNew(t, Config{Limiter: rec})
+		m := mustNew(t, Config{Limits: admit.Config{Limiters: named(rec), Limiter: "l"}})
 		c := pipeServer(t, m.Handler(ok)).client("192.0.2.1:1000")
 		want := []struct {
 			status             int
@@ -108,7 +108,7 @@ func TestRateHeadersExact(t *testing.T) {
 
 func TestProblemBody(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := mustNew(t, Config{Rate: limits.Limit{Events: 1, Period: time.Minute}})
+		m := mustNew(t, Config{Limits: admit.Config{Rate: limits.Limit{Events: 1, Period: time.Minute}}})
 		c := pipeServer(t, m.Handler(ok)).client("192.0.2.1:1")
 		get(t, c, "/")
 		resp, body := get(t, c, "/")
@@ -123,8 +123,8 @@ func TestProblemBody(t *testing.T) {
 			fmt.Sprint(p["violated-policies"]) != "[default]" {
 			t.Errorf("problem body %v", p)
 		}
-		if resp.Header.Get("Retry-After") != "60" {
-			t.Errorf("Retry-After %q, want 60", resp.Header.Get("Retry-After"))
+		if resp.Header.Get("Retry-After") != "60" || resp.Header.Get("Cache-Control") != "no-store" {
+			t.Errorf("Retry-After %q, Cache-Control %q; want 60, no-store", resp.Header.Get("Retry-After"), resp.Header.Get("Cache-Control"))
 		}
 		c.CloseIdleConnections()
 	})
@@ -132,29 +132,42 @@ func TestProblemBody(t *testing.T) {
 
 func TestHeaderModes(t *testing.T) {
 	tests := []struct {
-		mode            HeaderMode
+		mode            string
 		ietf, legacy    bool
 		wantLegacyReset string
 	}{
-		{HeadersIETF, true, false, ""},
-		{HeadersIETFAndLegacy, true, true, "30"},
-		{HeadersLegacy, false, true, "30"},
-		{HeadersNone, false, false, ""},
+		{"", true, false, ""},
+		{"ietf", true, false, ""},
+		{"ietf_legacy", true, true, "30"},
+		{"legacy", false, true, "30"},
+		{"none", false, false, ""},
 	}
 	for _, tt := range tests {
-		m := mustNew(t, Config{Rate: limits.Limit{Events: 2, Period: time.Minute}, Headers: tt.mode})
+		m := mustNew(t, Config{Limits: admit.Config{Rate: limits.Limit{Events: 2, Period: time.Minute}, Headers: tt.mode}})
 		w := httptest.NewRecorder()
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
 		m.Handler(ok).ServeHTTP(w, r)
 		h := w.Result().Header
 		if got := h.Get("RateLimit") != ""; got != tt.ietf {
-			t.Errorf("mode %d: RateLimit present %v, want %v", tt.mode, got, tt.ietf)
+			t.Errorf("mode %q: RateLimit present %v, want %v", tt.mode, got, tt.ietf)
 		}
 		if got := h.Get("X-RateLimit-Remaining") != ""; got != tt.legacy {
-			t.Errorf("mode %d: X-RateLimit-Remaining present %v, want %v", tt.mode, got, tt.legacy)
+			t.Errorf("mode %q: X-RateLimit-Remaining present %v, want %v", tt.mode, got, tt.legacy)
 		}
 		if tt.legacy && (h.Get("X-RateLimit-Limit") != "2" || h.Get("X-RateLimit-Remaining") != "1" || h.Get("X-RateLimit-Reset") != tt.wantLegacyReset) {
-			t.Errorf("mode %d: legacy headers %v", tt.mode, h)
+			t.Errorf("mode %q: legacy headers %v", tt.mode, h)
+		}
+	}
+}
+
+// TestPolicyNameQuoted checks that a policy's name reaches the rate limit
+// fields as a Structured Field string, its quotes and backslashes escaped.
+func TestPolicyNameQuoted(t *testing.T) {
+	for name, want := range map[string]string{"web": `"web"`, `a"b`: `"a\"b"`, `c\d`: `"c\\d"`} {
+		m := mustNew(t, Config{Limits: admit.Config{Rate: limits.Limit{Events: 2, Period: time.Minute}, PolicyName: name}})
+		w := serve(m.Handler(ok), "192.0.2.1:1", "/")
+		if got := w.Header().Get("RateLimit-Policy"); got != want+";q=2;w=60" {
+			t.Errorf("policy %q: RateLimit-Policy %q, want %s;q=2;w=60", name, got, want)
 		}
 	}
 }
@@ -171,11 +184,14 @@ func TestExemptBypassesEveryLayer(t *testing.T) {
 			io.WriteString(w, "ok")
 		})
 		m := mustNew(t, Config{
-			Exempt:               ExemptPaths("/healthz"),
-			MaxInFlight:          1,
-			Rate:                 limits.Limit{Events: 1, Period: time.Hour},
-			MaxInFlightPerClient: 1,
-			Timeout:              time.Second,
+			Limits: admit.Config{
+				Exempt:               []string{"/healthz"},
+				MaxInFlight:          1,
+				Rate:                 limits.Limit{Events: 1, Period: time.Hour},
+				MaxInFlightPerClient: 1,
+				Timeout:              time.Second,
+			},
+			Exempt: func(r *http.Request) bool { return r.Header.Get("X-Probe") == "k8s" },
 		})
 		l := pipeServer(t, m.Handler(h))
 		c := l.client("192.0.2.1:1")
@@ -190,13 +206,35 @@ func TestExemptBypassesEveryLayer(t *testing.T) {
 				t.Errorf("exempt request: %d %q %v", resp.StatusCode, body, resp.Header)
 			}
 		}
+		if resp, body := get(t, c, "/api", "X-Probe", "k8s"); resp.StatusCode != 200 || body != "ok" {
+			t.Errorf("request Config.Exempt picks: %d %q", resp.StatusCode, body)
+		}
 		close(release)
 		synctest.Wait()
-		if s := m.Stats(); s.Exempt != 5 || s.Allowed != 1 || s.ServerBusy != 1 {
-			t.Errorf("Stats = %+v", s)
+		if s := m.Stats(); s.Requests[admit.Exempt] != 6 || s.Requests[admit.Allowed] != 1 || s.Requests[admit.ServerBusy] != 1 {
+			t.Errorf("Stats = %v", s.Requests)
 		}
 		c.CloseIdleConnections()
 	})
+}
+
+// TestExemptRoutes checks which paths the patterns of Limits.Exempt
+// exempt: exact paths, and a subtree's paths below it.
+func TestExemptRoutes(t *testing.T) {
+	m := mustNew(t, Config{Limits: admit.Config{
+		Exempt: []string{"/healthz", "/readyz", "/static/"},
+		Rate:   limits.Limit{Events: 1, Period: time.Hour},
+	}})
+	h := m.Handler(ok)
+	serve(h, "192.0.2.1:1", "/") // the client's one request an hour
+	for path, exempt := range map[string]bool{
+		"/healthz": true, "/readyz": true, "/static/app.js": true, "/static/css/a.css": true,
+		"/healthz/x": false, "/static": false, "/api": false, "/": false,
+	} {
+		if w := serve(h, "192.0.2.1:1", path); (w.Code == 200) != exempt {
+			t.Errorf("%s: %d, exempt %v", path, w.Code, exempt)
+		}
+	}
 }
 
 func TestGateBusyAndQueueWait(t *testing.T) {
@@ -207,27 +245,27 @@ func TestGateBusyAndQueueWait(t *testing.T) {
 				<-release
 			}
 		})
-		m := mustNew(t, Config{MaxInFlight: 2, BusyRetryAfter: 1500 * time.Millisecond})
+		m := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 2, BusyRetryAfter: 1500 * time.Millisecond}})
 		l := pipeServer(t, m.Handler(h))
 		for i := range 2 {
 			goGet(t, l.client(fmt.Sprintf("192.0.2.%d:1", i)), "/slow")
 		}
 		synctest.Wait()
-		resp, _ := get(t, l.client("192.0.2.9:1"), "/")
-		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "2" {
-			t.Errorf("gate full: status %d, Retry-After %q; want 503, 2", resp.StatusCode, resp.Header.Get("Retry-After"))
+		resp, body := get(t, l.client("192.0.2.9:1"), "/")
+		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "2" || !strings.Contains(body, `"server_busy"`) {
+			t.Errorf("gate full: status %d, Retry-After %q, %s; want 503, 2, server_busy", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 		}
 		close(release)
 		synctest.Wait()
 		if resp, _ := get(t, l.client("192.0.2.9:2"), "/"); resp.StatusCode != 200 {
 			t.Errorf("after release: status %d", resp.StatusCode)
 		}
-		if s := m.Stats(); s.ServerBusy != 1 || s.Gate.InFlight != 0 || s.Gate.Peak != 2 {
-			t.Errorf("Stats = %+v", s)
+		if s := m.Stats(); s.Requests[admit.ServerBusy] != 1 || s.Gate.InFlight != 0 || s.Gate.Peak != 2 {
+			t.Errorf("Stats = %v, gate %+v", s.Requests, s.Gate)
 		}
 
 		// With a queue wait, a request waits for a place that frees in time.
-		mq := mustNew(t, Config{MaxInFlight: 1, QueueWait: 50 * time.Millisecond})
+		mq := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 1, QueueWait: 50 * time.Millisecond}})
 		lq := pipeServer(t, mq.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			time.Sleep(20 * time.Millisecond)
 		})))
@@ -240,6 +278,22 @@ func TestGateBusyAndQueueWait(t *testing.T) {
 		if waited := time.Since(start); waited != 40*time.Millisecond {
 			t.Errorf("queued request took %v, want 40ms (20ms waiting, 20ms served)", waited)
 		}
+		// A place that does not free in time: refused at the bound.
+		mq2 := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 1, QueueWait: 5 * time.Millisecond}})
+		hold := make(chan struct{})
+		lq2 := pipeServer(t, mq2.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/slow" {
+				<-hold
+			}
+		})))
+		goGet(t, lq2.client("192.0.2.1:1"), "/slow")
+		synctest.Wait()
+		start = time.Now()
+		if resp, _ := get(t, lq2.client("192.0.2.2:1"), "/"); resp.StatusCode != 503 || time.Since(start) != 5*time.Millisecond {
+			t.Errorf("queued past the wait: status %d after %v, want 503 after 5ms", resp.StatusCode, time.Since(start))
+		}
+		close(hold)
+		synctest.Wait()
 	})
 }
 
@@ -260,16 +314,16 @@ func TestTimeout(t *testing.T) {
 			_, err := io.WriteString(w, "too late")
 			handlerDone <- err
 		})
-		m := mustNew(t, Config{MaxInFlight: 4, Timeout: time.Second})
+		m := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 4, Timeout: time.Second, Rate: limits.Limit{Events: 10, Period: time.Minute}}})
 		l := pipeServer(t, m.Handler(h))
 		c := l.client("192.0.2.1:1")
 		resp, body := get(t, c, "/fast")
-		if resp.StatusCode != 201 || body != "made" || resp.Header.Get("X-Handler") != "yes" {
+		if resp.StatusCode != 201 || body != "made" || resp.Header.Get("X-Handler") != "yes" || resp.Header.Get("RateLimit") != `"default";r=9;t=6` {
 			t.Errorf("fast request: %d %q %v", resp.StatusCode, body, resp.Header)
 		}
 		start := time.Now()
 		resp, body = get(t, c, "/slow")
-		if resp.StatusCode != 503 || !strings.Contains(body, ReasonRequestTimeout) || time.Since(start) != time.Second {
+		if resp.StatusCode != 503 || !strings.Contains(body, `"request_timeout"`) || time.Since(start) != time.Second {
 			t.Errorf("slow request: %d %q after %v", resp.StatusCode, body, time.Since(start))
 		}
 		if n := m.Stats().Gate.InFlight; n != 1 {
@@ -279,8 +333,8 @@ func TestTimeout(t *testing.T) {
 			t.Errorf("write after the deadline: %v, want ErrHandlerTimeout", err)
 		}
 		synctest.Wait()
-		if s := m.Stats(); s.Gate.InFlight != 0 || s.RequestTimeout != 1 || s.Allowed != 2 {
-			t.Errorf("Stats = %+v", s)
+		if s := m.Stats(); s.Gate.InFlight != 0 || s.Requests[admit.RequestTimeout] != 1 || s.Requests[admit.Allowed] != 2 {
+			t.Errorf("Stats = %v, gate %+v", s.Requests, s.Gate)
 		}
 		c.CloseIdleConnections()
 	})
@@ -289,18 +343,24 @@ func TestTimeout(t *testing.T) {
 // TestTimeoutPanic checks that a handler panicking under a deadline still
 // releases its places and that the panic reaches net/http.
 func TestTimeoutPanic(t *testing.T) {
-	m := mustNew(t, Config{MaxInFlight: 1, MaxInFlightPerClient: 1, Timeout: time.Second})
-	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { panic("boom") }))
-	func() {
-		defer func() {
-			if p := recover(); p != "boom" {
-				t.Errorf("recovered %v, want boom", p)
+	for _, timeout := range []time.Duration{0, time.Second} {
+		m := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 1, MaxInFlightPerClient: 1, Timeout: timeout}})
+		h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/panic" {
+				panic("boom")
 			}
+		}))
+		func() {
+			defer func() {
+				if p := recover(); p != "boom" {
+					t.Errorf("Timeout %v: recovered %v, want boom", timeout, p)
+				}
+			}()
+			serve(h, "192.0.2.1:1", "/panic")
 		}()
-		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
-	}()
-	if s := m.Stats(); s.Gate.InFlight != 0 || m.c.slots.Len() != 0 {
-		t.Errorf("after a panic: %+v, per client %d", s, m.c.slots.Len())
+		if w := serve(h, "192.0.2.1:1", "/"); w.Code != 200 || m.Stats().Gate.InFlight != 0 {
+			t.Errorf("Timeout %v: after a panic, the client's next request: %d %s, gate %+v", timeout, w.Code, w.Body.String(), m.Stats().Gate)
+		}
 	}
 }
 
@@ -308,51 +368,42 @@ func TestTimeoutPanic(t *testing.T) {
 // client abandons mid-way, and some whose handler panics, through a real
 // server, and checks that every count returns to 0.
 func TestAbortedAndPanickingRequestsRelease(t *testing.T) {
-	var entered sync.Map // request id -> chan struct{}, closed when its handler runs
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/panic" {
-			panic(http.ErrAbortHandler)
-		}
-		ch, _ := entered.Load(r.URL.Query().Get("id"))
-		close(ch.(chan struct{}))
-		<-r.Context().Done() // until the client goes away
-	})
-	m := mustNew(t, Config{MaxInFlight: 50, MaxInFlightPerClient: 50})
-	srv := httptest.NewServer(m.Handler(h))
-	defer srv.Close()
-	var wg sync.WaitGroup
-	for i := range 40 {
-		wg.Go(func() {
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			url := srv.URL + "/panic"
-			if i%4 != 0 {
-				id := strconv.Itoa(i)
-				ch := make(chan struct{})
-				entered.Store(id, ch)
-				url = srv.URL + "/hang?id=" + id
-				go func() {
-					<-ch
-					cancel()
-				}()
+	synctest.Test(t, func(t *testing.T) {
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/panic" {
+				panic(http.ErrAbortHandler)
 			}
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-			if resp, err := srv.Client().Do(req); err == nil {
-				resp.Body.Close()
-			}
+			<-r.Context().Done() // until the client goes away
 		})
-	}
-	wg.Wait()
-	deadline := time.Now().Add(10 * time.Second)
-	for m.Stats().Gate.InFlight != 0 || m.c.slots.Len() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("counts not released: %+v, per client %d", m.Stats(), m.c.slots.Len())
+		const n = 40
+		m := mustNew(t, Config{Limits: admit.Config{MaxInFlight: n, MaxInFlightPerClient: n}})
+		l := pipeServer(t, m.Handler(h))
+		c := l.client("192.0.2.1:1")
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				path := "/panic"
+				if i%4 != 0 {
+					path = "/hang"
+					time.AfterFunc(time.Millisecond, cancel) // the client leaves
+				}
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://limits.test"+path, nil)
+				if resp, err := c.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			})
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if s := m.Stats(); s.Allowed != 40 || s.Gate.Admitted != 40 {
-		t.Errorf("Stats = %+v", s)
-	}
+		wg.Wait()
+		synctest.Wait()
+		if s := m.Stats(); s.Requests[admit.Allowed] != n || s.Gate.Admitted != n || s.Gate.InFlight != 0 {
+			t.Errorf("Stats = %v, gate %+v", s.Requests, s.Gate)
+		}
+		if free := freeFor(t, m, "192.0.2.1:1", n); free != n {
+			t.Errorf("the client may have %d requests in progress, want %d: counts not given back", free, n)
+		}
+	})
 }
 
 // TestCallerKeyRotation checks that a caller changing its session cookie
@@ -361,10 +412,10 @@ func TestAbortedAndPanickingRequestsRelease(t *testing.T) {
 // bucket for other sessions behind the same address.
 func TestCallerKeyRotation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := mustNew(t, Config{
+		m := mustNew(t, Config{Limits: admit.Config{
 			Rate:      limits.Limit{Events: 2, Period: time.Minute},
-			CallerKey: CookieKey("session"),
-		})
+			CallerKey: "cookie:session",
+		}})
 		l := pipeServer(t, m.Handler(ok))
 		nat := l.client("198.51.100.1:1")
 		// One session: 2 allowed, then refused by its own bucket, many times.
@@ -397,10 +448,16 @@ func TestCallerKeyRotation(t *testing.T) {
 		if resp, _ := get(t, nat, "/"); resp.StatusCode != 429 {
 			t.Errorf("no cookie: status %d, want 429", resp.StatusCode)
 		}
-		// Another address is untouched.
+		// Another address is untouched; a request with a key is told of
+		// its key's limit, not of its address's.
 		resp, _ := get(t, l.client("198.51.100.2:1"), "/", "Cookie", "session=alice2")
-		if resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != `"address";q=8;w=60, "default";q=2;w=60` {
+		if resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != `"default";q=2;w=60` {
 			t.Errorf("other address: %d, policy %q", resp.StatusCode, resp.Header.Get("RateLimit-Policy"))
+		}
+		// Without a key, of its address's and the keyless bucket's.
+		resp, _ = get(t, l.client("198.51.100.3:1"), "/")
+		if resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != `"address";q=8;w=60, "keyless";q=2;w=60` {
+			t.Errorf("no key: %d, policy %q", resp.StatusCode, resp.Header.Get("RateLimit-Policy"))
 		}
 		nat.CloseIdleConnections()
 	})
@@ -426,7 +483,7 @@ func (k *keyRecorder) Take(_ context.Context, key string, n int) (limits.Decisio
 // address, not to the address bucket's multiple.
 func TestCallerKeyHashedAndKeylessLimited(t *testing.T) {
 	rec := &keyRecorder{}
-	m := mustNew(t, Config{Rate: limits.Limit{Events: 1, Period: time.Hour}, CallerKey: HeaderKey("X-Api-Key"), CallerLimiter: rec})
+	m := mustNew(t, Config{Limits: admit.Config{Rate: limits.Limit{Events: 1, Period: time.Hour}, CallerKey: "X-Api-Key", Limiters: named(rec), CallerLimiter: "l"}})
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.Header.Set("X-Api-Key", "sk_live_secret")
 	m.Handler(ok).ServeHTTP(httptest.NewRecorder(), r)
@@ -435,7 +492,7 @@ func TestCallerKeyHashedAndKeylessLimited(t *testing.T) {
 		t.Errorf("caller limiter saw keys %q", rec.keys)
 	}
 
-	m = mustNew(t, Config{Rate: limits.Limit{Events: 2, Period: time.Hour}, CallerKey: CookieKey("session")})
+	m = mustNew(t, Config{Limits: admit.Config{Rate: limits.Limit{Events: 2, Period: time.Hour}, CallerKey: "cookie:session"}})
 	allowed := 0
 	for range 10 {
 		w := httptest.NewRecorder()
@@ -449,10 +506,53 @@ func TestCallerKeyHashedAndKeylessLimited(t *testing.T) {
 	}
 }
 
+// TestFields checks where a request's fields are read from: a function of
+// Keys, which hides the header of its name; a cookie; a header.
+func TestFields(t *testing.T) {
+	m := mustNew(t, Config{Keys: map[string]func(*http.Request) string{
+		"user":       func(r *http.Request) string { return "u-" + r.URL.Query().Get("u") },
+		"X-Shadowed": func(*http.Request) string { return "from Keys" },
+	}})
+	r := httptest.NewRequest(http.MethodGet, "/?u=7", nil)
+	q := &request{m: m, r: r}
+	for name, want := range map[string]string{"cookie:session": "", "X-Api-Key": "", "user": "u-7", "X-Shadowed": "from Keys"} {
+		if got := q.Field(name); got != want {
+			t.Errorf("empty request: Field(%q) = %q, want %q", name, got, want)
+		}
+	}
+	r.AddCookie(&http.Cookie{Name: "session", Value: "abc"})
+	r.Header.Add("X-Api-Key", "k1")
+	r.Header.Add("X-Api-Key", "k2")
+	r.Header.Set("X-Shadowed", "from the header")
+	for name, want := range map[string]string{"cookie:session": "abc", "cookie:other": "", "X-Api-Key": "k1", "x-api-key": "k1", "X-Shadowed": "from Keys"} {
+		if got := q.Field(name); got != want {
+			t.Errorf("Field(%q) = %q, want %q", name, got, want)
+		}
+	}
+	if got := q.FieldValues("X-Api-Key"); fmt.Sprint(got) != "[k1 k2]" {
+		t.Errorf("FieldValues = %q, want both values", got)
+	}
+
+	// A caller key from Keys: each user its own bucket.
+	m = mustNew(t, Config{
+		Limits: admit.Config{Rate: limits.Limit{Events: 1, Period: time.Hour}, CallerKey: "user"},
+		Keys:   map[string]func(*http.Request) string{"user": func(r *http.Request) string { return r.URL.Query().Get("u") }},
+	})
+	h := m.Handler(ok)
+	for i, tc := range []struct {
+		path string
+		want int
+	}{{"/?u=a", 200}, {"/?u=a", 429}, {"/?u=b", 200}, {"/?u=b", 429}} {
+		if w := serve(h, "192.0.2.1:1", tc.path); w.Code != tc.want {
+			t.Errorf("request %d, %s: %d, want %d", i, tc.path, w.Code, tc.want)
+		}
+	}
+}
+
 func TestPerClientConcurrency(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
-		m := mustNew(t, Config{MaxInFlightPerClient: 1, InFlightStatus: http.StatusServiceUnavailable})
+		m := mustNew(t, Config{Limits: admit.Config{MaxInFlightPerClient: 1}, InFlightStatus: http.StatusServiceUnavailable})
 		l := pipeServer(t, m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/slow" {
 				<-release
@@ -461,8 +561,8 @@ func TestPerClientConcurrency(t *testing.T) {
 		goGet(t, l.client("192.0.2.1:1"), "/slow")
 		synctest.Wait()
 		resp, body := get(t, l.client("192.0.2.1:2"), "/")
-		if resp.StatusCode != 503 || !strings.Contains(body, ReasonConcurrencyLimited) {
-			t.Errorf("second request from the client: %d %q", resp.StatusCode, body)
+		if resp.StatusCode != 503 || !strings.Contains(body, `"concurrency_limited"`) || resp.Header.Get("Retry-After") != "1" {
+			t.Errorf("second request from the client: %d %q, Retry-After %q", resp.StatusCode, body, resp.Header.Get("Retry-After"))
 		}
 		if resp, _ := get(t, l.client("192.0.2.2:1"), "/"); resp.StatusCode != 200 {
 			t.Errorf("another client: %d", resp.StatusCode)
@@ -472,8 +572,8 @@ func TestPerClientConcurrency(t *testing.T) {
 		if resp, _ := get(t, l.client("192.0.2.1:3"), "/"); resp.StatusCode != 200 {
 			t.Errorf("after the first finished: %d", resp.StatusCode)
 		}
-		if s := m.Stats(); s.ConcurrencyLimited != 1 {
-			t.Errorf("Stats = %+v", s)
+		if s := m.Stats(); s.Requests[admit.ConcurrencyLimited] != 1 {
+			t.Errorf("Stats = %v", s.Requests)
 		}
 	})
 }
@@ -481,33 +581,38 @@ func TestPerClientConcurrency(t *testing.T) {
 // TestReleaseCapacity has a long-lived handler give its gate place back
 // early, as a WebSocket handler would after the upgrade.
 func TestReleaseCapacity(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		hold := make(chan struct{})
-		m := mustNew(t, Config{MaxInFlight: 1})
-		l := pipeServer(t, m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/socket" {
-				ReleaseCapacity(r)
-				ReleaseCapacity(r) // idempotent
-				<-hold
-			}
-		})))
-		goGet(t, l.client("192.0.2.1:1"), "/socket")
-		synctest.Wait()
-		if n := m.Stats().Gate.InFlight; n != 0 {
-			t.Errorf("in flight after ReleaseCapacity = %d, want 0", n)
-		}
-		for i := range 3 {
-			if resp, _ := get(t, l.client("192.0.2.2:1"), "/"); resp.StatusCode != 200 {
-				t.Errorf("request %d beside the socket: %d", i, resp.StatusCode)
-			}
-		}
-		close(hold)
-		synctest.Wait()
-		if s := m.Stats(); s.Gate.InFlight != 0 || s.Gate.Admitted != 4 {
-			t.Errorf("Stats = %+v", s)
-		}
-		ReleaseCapacity(httptest.NewRequest(http.MethodGet, "/", nil)) // no place: no effect
-	})
+	for _, timeout := range []time.Duration{0, time.Hour} {
+		t.Run(fmt.Sprintf("Timeout=%v", timeout), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				hold := make(chan struct{})
+				m := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 1, Timeout: timeout}})
+				l := pipeServer(t, m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path == "/socket" {
+						ReleaseCapacity(w)
+						ReleaseCapacity(w) // idempotent
+						<-hold
+					}
+				})))
+				goGet(t, l.client("192.0.2.1:1"), "/socket")
+				synctest.Wait()
+				if n := m.Stats().Gate.InFlight; n != 0 {
+					t.Errorf("Timeout %v: in flight after ReleaseCapacity = %d, want 0", timeout, n)
+				}
+				for i := range 3 {
+					if resp, _ := get(t, l.client("192.0.2.2:1"), "/"); resp.StatusCode != 200 {
+						t.Errorf("Timeout %v: request %d beside the socket: %d", timeout, i, resp.StatusCode)
+					}
+				}
+				close(hold)
+				synctest.Wait()
+				if s := m.Stats(); s.Gate.InFlight != 0 || s.Gate.Admitted != 4 {
+					t.Errorf("Timeout %v: gate %+v", timeout, s.Gate)
+				}
+			})
+		})
+	}
+	ReleaseCapacity(httptest.NewRecorder()) // no place: no effect
+	ReleaseCapacity(nil)
 }
 
 // failing is a Limiter that always fails.
@@ -521,26 +626,42 @@ func (failing) Take(context.Context, string, int) (limits.Decision, error) {
 
 func TestLimiterErrorPolicies(t *testing.T) {
 	for _, tt := range []struct {
-		policy ErrorPolicy
-		status int
-	}{{FailClosed, 503}, {FailOpen, 200}} {
+		failOpen bool
+		status   int
+	}{{false, 503}, {true, 200}} {
 		var logs bytes.Buffer
-		m := mustNew(t, Config{Limiter: failing{}, OnLimiterError: tt.policy, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+		m := mustNew(t, Config{Limits: admit.Config{Limiters: named(failing{}), Limiter: "l", FailOpen: tt.failOpen, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}})
 		w := httptest.NewRecorder()
 		m.Handler(ok).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/x", nil))
 		if w.Code != tt.status {
-			t.Errorf("policy %d: status %d, want %d", tt.policy, w.Code, tt.status)
+			t.Errorf("FailOpen %v: status %d, want %d", tt.failOpen, w.Code, tt.status)
 		}
-		if s := m.Stats(); s.LimiterError != 1 {
-			t.Errorf("policy %d: Stats = %+v", tt.policy, s)
+		if tt.status == 503 && reasonOf(t, w) != "limiter_error" {
+			t.Errorf("FailOpen %v: reason %q, want limiter_error", tt.failOpen, reasonOf(t, w))
+		}
+		if s := m.Stats(); s.Policies[0].Requests[admit.LimiterError] != 1 {
+			t.Errorf("FailOpen %v: Stats = %+v", tt.failOpen, s.Policies)
 		}
 		var entry map[string]any
 		if err := json.Unmarshal(logs.Bytes(), &entry); err != nil {
-			t.Fatalf("policy %d: log %q: %v", tt.policy, logs.String(), err)
+			t.Fatalf("FailOpen %v: log %q: %v", tt.failOpen, logs.String(), err)
 		}
-		if entry["reason"] != ReasonLimiterError || entry["error"] != "store unreachable" || entry["path"] != "/x" || entry["level"] != "ERROR" {
-			t.Errorf("policy %d: log entry %v", tt.policy, entry)
+		if entry["reason"] != "limiter_error" || entry["error"] != "store unreachable" || entry["route"] != "/x" || entry["method"] != "GET" || entry["level"] != "ERROR" {
+			t.Errorf("FailOpen %v: log entry %v", tt.failOpen, entry)
 		}
+	}
+}
+
+// TestLimiterErrorCountedOnce checks that a request refused because its
+// limiter failed counts once in Stats.Requests, as every outcome does: the
+// failed call and the refusal are one event.
+func TestLimiterErrorCountedOnce(t *testing.T) {
+	m := mustNew(t, Config{Limits: admit.Config{Limiters: named(failing{}), Limiter: "l"}})
+	for range 3 {
+		serve(m.Handler(ok), "192.0.2.1:1", "/")
+	}
+	if n := m.Stats().Requests[admit.LimiterError]; n != 3 {
+		t.Errorf("3 requests refused with limiter_error: Stats.Requests counts %d, want 3", n)
 	}
 }
 
@@ -548,18 +669,18 @@ func TestLimiterErrorPolicies(t *testing.T) {
 // never the key.
 func TestLogsHashKeys(t *testing.T) {
 	var logs bytes.Buffer
-	m := mustNew(t, Config{
+	m := mustNew(t, Config{Limits: admit.Config{
 		Rate:      limits.Limit{Events: 1, Period: time.Minute},
-		CallerKey: HeaderKey("X-Api-Key"),
+		CallerKey: "X-Api-Key",
 		Logger:    slog.New(slog.NewTextHandler(&logs, nil)),
-	})
+	}})
 	for range 2 {
 		r := httptest.NewRequest(http.MethodGet, "/v1/things", nil)
 		r.Header.Set("X-Api-Key", "sk_live_secret_token")
 		m.Handler(ok).ServeHTTP(httptest.NewRecorder(), r)
 	}
 	out := logs.String()
-	if !strings.Contains(out, "reason=rate_limited") || !strings.Contains(out, "path=/v1/things") || !strings.Contains(out, "key_hash=") {
+	if !strings.Contains(out, "reason=rate_limited") || !strings.Contains(out, "route=/v1/things") || !strings.Contains(out, "key_hash=") {
 		t.Errorf("log %q lacks the refusal", out)
 	}
 	if strings.Contains(out, "sk_live") {
@@ -567,45 +688,47 @@ func TestLogsHashKeys(t *testing.T) {
 	}
 }
 
+// TestDenyHook checks that Deny writes the response to a refusal, with
+// the status chosen and Retry-After and the rate limit fields already set,
+// and is given the refusal.
 func TestDenyHook(t *testing.T) {
-	var got Denial
-	m := mustNew(t, Config{
-		Rate: limits.Limit{Events: 1, Period: time.Minute},
-		Deny: func(w http.ResponseWriter, r *http.Request, d Denial) {
-			got = d
-			w.WriteHeader(d.Status)
-			io.WriteString(w, "slow down")
-		},
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			status int
+			got    admit.Refusal
+		)
+		m := mustNew(t, Config{
+			Limits: admit.Config{Rate: limits.Limit{Events: 1, Period: time.Minute}},
+			Deny: func(w http.ResponseWriter, r *http.Request, s int, ref *admit.Refusal) {
+				status, got = s, admit.Refusal{Reason: ref.Reason, Policy: ref.Policy, RetryAfter: ref.RetryAfter, Decision: ref.Decision}
+				w.WriteHeader(s)
+				io.WriteString(w, "slow down")
+			},
+		})
+		h := m.Handler(ok)
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+		if w.Code != 429 || w.Body.String() != "slow down" || w.Header().Get("Retry-After") != "60" || w.Header().Get("RateLimit") == "" {
+			t.Errorf("hooked refusal: %d %q %v", w.Code, w.Body.String(), w.Header())
+		}
+		if got.Reason != limits.ReasonRateLimited || status != 429 || got.Policy != "default" || got.RetryAfter != time.Minute ||
+			got.Decision.Allowed || got.Decision.Limit != 1 {
+			t.Errorf("Deny got status %d, %+v", status, got)
+		}
 	})
-	h := m.Handler(ok)
-	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
-	if w.Code != 429 || w.Body.String() != "slow down" || w.Header().Get("Retry-After") != "60" || w.Header().Get("RateLimit") == "" {
-		t.Errorf("hooked refusal: %d %q %v", w.Code, w.Body.String(), w.Header())
-	}
-	if got.Reason != ReasonRateLimited || got.Status != 429 || got.RetryAfter != time.Minute || got.Decision == nil || got.Decision.Allowed {
-		t.Errorf("Denial = %+v", got)
-	}
 }
 
 func TestTableFull(t *testing.T) {
-	m := mustNew(t, Config{Rate: limits.Limit{Events: 1, Period: time.Hour}, MaxKeys: 1})
+	m := mustNew(t, Config{Limits: admit.Config{Rate: limits.Limit{Events: 1, Period: time.Hour}, MaxKeys: 1}})
 	h := m.Handler(ok)
-	serve := func(remote string) *httptest.ResponseRecorder {
-		w := httptest.NewRecorder()
-		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		r.RemoteAddr = remote
-		h.ServeHTTP(w, r)
-		return w
-	}
-	serve("192.0.2.1:1")
-	w := serve("192.0.2.2:1")
-	if w.Code != 503 || !strings.Contains(w.Body.String(), ReasonTableFull) || w.Header().Get("Retry-After") != "1" {
+	serve(h, "192.0.2.1:1", "/")
+	w := serve(h, "192.0.2.2:1", "/")
+	if w.Code != 503 || reasonOf(t, w) != "table_full" || w.Header().Get("Retry-After") != "1" {
 		t.Errorf("new client in a full table: %d %q %v", w.Code, w.Body.String(), w.Header())
 	}
-	if s := m.Stats(); s.TableFull != 1 || s.RateLimited != 0 {
-		t.Errorf("Stats = %+v", s)
+	if s := m.Stats(); s.Requests[limits.ReasonTableFull] != 1 || s.Requests[limits.ReasonRateLimited] != 0 {
+		t.Errorf("Stats = %v", s.Requests)
 	}
 }
 
@@ -621,7 +744,7 @@ func TestConcurrentRequests(t *testing.T) {
 		time.Sleep(100 * time.Microsecond)
 		inside.Add(-1)
 	})
-	m := mustNew(t, Config{MaxInFlight: 3, Rate: limits.Limit{Events: 50, Period: time.Hour}, CallerKey: HeaderKey("X-Key")})
+	m := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 3, Rate: limits.Limit{Events: 50, Period: time.Hour}, CallerKey: "X-Key"}})
 	srv := httptest.NewServer(m.Handler(h))
 	defer srv.Close()
 	var wg sync.WaitGroup
@@ -652,79 +775,110 @@ func TestConcurrentRequests(t *testing.T) {
 	}
 	// All from one address: at most 4 x 50 pass the address bucket, and
 	// each of the 4 keys at most 50.
-	if ok200.Load() > 200 || uint64(ok200.Load()) != s.Allowed {
-		t.Errorf("%d served, Stats %+v", ok200.Load(), s)
+	allowed, limited, busy := s.Requests[admit.Allowed], s.Requests[limits.ReasonRateLimited], s.Requests[admit.ServerBusy]
+	if ok200.Load() > 200 || uint64(ok200.Load()) != allowed {
+		t.Errorf("%d served, Stats %v", ok200.Load(), s.Requests)
 	}
-	if total := s.Allowed + s.RateLimited + s.ServerBusy; total != 800 || uint64(refused.Load()) != s.RateLimited+s.ServerBusy {
-		t.Errorf("outcomes %+v do not add up to 800 requests (%d refused)", s, refused.Load())
-	}
-}
-
-func TestSFString(t *testing.T) {
-	for in, want := range map[string]string{"default": `"default"`, `a"b`: `"a\"b"`, `c\d`: `"c\\d"`, "": `""`} {
-		if got, ok := front.SFString(in); !ok || got != want {
-			t.Errorf("sfString(%q) = %q, %v; want %q", in, got, ok, want)
-		}
+	if total := allowed + limited + busy; total != 800 || uint64(refused.Load()) != limited+busy {
+		t.Errorf("outcomes %v do not add up to 800 requests (%d refused)", s.Requests, refused.Load())
 	}
 }
 
+// TestNewErrors checks that New refuses a Config that cannot be honoured,
+// with an error naming the field.
 func TestNewErrors(t *testing.T) {
 	for _, tt := range []struct {
 		cfg  Config
 		want string
 	}{
-		{Config{MaxInFlight: -1}, "httplimit: MaxInFlight must not be negative, got -1"},
-		{Config{Timeout: -time.Second}, "httplimit: Timeout must not be negative, got -1000000000"},
-		{Config{IPv6Prefix: 129}, "httplimit: prefix lengths must be within 0-32 (IPv4) and 0-128 (IPv6), got 0 and 129"},
+		{Config{Limits: admit.Config{MaxInFlight: -1}}, "httplimit: Limits: MaxInFlight must not be negative, got -1"},
+		{Config{Limits: admit.Config{Timeout: -time.Second}}, "httplimit: Limits: Timeout must not be negative"},
+		{Config{Limits: admit.Config{IPv6Prefix: 129}}, "httplimit: Limits: IPv4Prefix and IPv6Prefix must be within 0-32 and 0-128"},
 		{Config{InFlightStatus: 200}, "httplimit: InFlightStatus must be a 4xx or 5xx status, got 200"},
-		{Config{Rate: limits.Limit{Events: 0, Period: time.Second}}, "httplimit: Rate: limits: invalid limit: events must be >= 1, got 0"},
-		{Config{CallerKey: HeaderKey("X")}, "httplimit: CallerKey needs Rate or CallerLimiter"},
-		{Config{PolicyName: "café"}, `httplimit: PolicyName "café" must be printable ASCII`},
-		{Config{PolicyName: "a\tb"}, `httplimit: PolicyName "a\tb" must be printable ASCII`},
-		{Config{Rate: limits.Limit{Events: 1, Period: time.Hour}, Burst: 1 << 20}, "httplimit: Rate: limits: invalid limit: a burst of 1048576 at 1 per 1h0m0s takes too long to recover"},
+		{Config{InFlightStatus: 600}, "httplimit: InFlightStatus must be a 4xx or 5xx status, got 600"},
+		{Config{Limits: admit.Config{Rate: limits.Limit{Events: 0, Period: time.Second}}}, "httplimit: Limits: Rate: limits: invalid limit: events must be >= 1, got 0"},
+		{Config{Limits: admit.Config{CallerKey: "X"}}, "httplimit: Limits: CallerKey needs Rate or CallerLimiter"},
+		{Config{Limits: admit.Config{PolicyName: "café"}}, `httplimit: Limits: PolicyName "café" must be printable ASCII`},
+		{Config{Limits: admit.Config{PolicyName: "a\tb"}}, `httplimit: Limits: PolicyName "a\tb" must be printable ASCII`},
+		{Config{Limits: admit.Config{Rate: limits.Limit{Events: 1, Period: time.Hour}, Burst: 1 << 20}}, "a burst of 1048576 at 1 per 1h0m0s takes too long to recover"},
+		{Config{Limits: admit.Config{ForwardedHeader: "X-Client-IP"}}, `httplimit: Limits: ForwardedHeader must be X-Forwarded-For, Forwarded or X-Real-IP, got "X-Client-IP"`},
+		{Config{Limits: admit.Config{Limiter: "shared"}}, `no limiter named "shared" in Limiters`},
+		{Config{Limits: admit.Config{Headers: "all"}}, `httplimit: Limits: Headers must be ietf, ietf_legacy, legacy or none, got "all"`},
+		{Config{Limits: admit.Config{Exempt: []string{"healthz"}}}, `httplimit: Limits: Exempt[0]: route "healthz": want a path starting with /`},
 	} {
-		if _, err := New(tt.cfg); err == nil || err.Error() != tt.want {
+		if m, err := New(tt.cfg); m != nil || err == nil || !strings.HasPrefix(err.Error(), "httplimit: ") || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("New(%+v) = %v, want %q", tt.cfg, err, tt.want)
 		}
 	}
 }
 
+// TestLoadEnv checks that the variables of admit.Config.LoadEnv configure
+// a Middleware: read into Limits, accepted by New, and applied to
+// requests; that a bad value is an error naming the variable; and that a
+// prefix and the policies' own variables are read.
 func TestLoadEnv(t *testing.T) {
 	env := map[string]string{
-		EnvRate: "100/min", EnvBurst: "20", EnvMaxInFlight: "64", EnvQueueWait: "15ms",
-		EnvTimeout: "5s", EnvMaxKeys: "1000", EnvTrustedProxies: "10.0.0.0/8, 192.0.2.1",
+		"LIMITS_RATE": "2/min", "LIMITS_BURST": "2", "LIMITS_MAX_INFLIGHT": "64", "LIMITS_QUEUE_WAIT": "0",
+		"LIMITS_TIMEOUT": "5s", "LIMITS_MAX_KEYS": "1000", "LIMITS_TRUSTED_PROXIES": "10.0.0.0/8, 192.0.2.1",
+		"LIMITS_EXEMPT": "/healthz, /static/", "LIMITS_HEADERS": "ietf_legacy", "LIMITS_POLICY_NAME": "web",
+		"LIMITS_LOGIN_RATE": "1/min", "LIMITS_LOGIN_BURST": "1", "LIMITS_LOGIN_MAX_KEYS": "1000",
+		"LIMITS_CALLER_KEY": "X-Api-Key", "LIMITS_ADDRESS_MULTIPLIER": "8", "LIMITS_MAX_INFLIGHT_PER_CLIENT": "4",
+		"LIMITS_BUSY_RETRY_AFTER": "3s", "LIMITS_FORWARDED_HEADER": "forwarded", "LIMITS_ON_LIMITER_ERROR": "fail_open",
+		"LIMITS_LIMITER_TIMEOUT": "50ms",
+		"APP_RATE":               "10/s", "APP_BURST": "oops",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	var c Config
-	if err := c.LoadEnv("", lookup); err != nil {
+	cfg := Config{Limits: admit.Config{Policies: []admit.Policy{{Name: "login", Routes: []string{"/login"}, Rate: limits.Limit{Events: 5, Period: time.Minute}}}}}
+	if err := cfg.Limits.LoadEnv("", lookup); err != nil {
 		t.Fatal(err)
 	}
-	if c.Rate != (limits.Limit{Events: 100, Period: time.Minute}) || c.Burst != 20 || c.MaxInFlight != 64 ||
-		c.QueueWait != 15*time.Millisecond || c.Timeout != 5*time.Second || c.MaxKeys != 1000 ||
-		fmt.Sprint(c.TrustedProxies) != "[10.0.0.0/8 192.0.2.1/32]" {
+	c := cfg.Limits
+	if c.Rate != (limits.Limit{Events: 2, Period: time.Minute}) || c.Burst != 2 || c.MaxInFlight != 64 ||
+		c.QueueWait != 0 || c.Timeout != 5*time.Second || c.MaxKeys != 1000 ||
+		fmt.Sprint(c.TrustedProxies) != "[10.0.0.0/8 192.0.2.1/32]" || fmt.Sprint(c.Exempt) != "[/healthz /static/]" ||
+		c.Headers != "ietf_legacy" || c.PolicyName != "web" || c.CallerKey != "X-Api-Key" || c.AddressMultiplier != 8 ||
+		c.MaxInFlightPerClient != 4 || c.BusyRetryAfter != 3*time.Second || c.ForwardedHeader != "Forwarded" || !c.FailOpen ||
+		c.LimiterTimeout != 50*time.Millisecond ||
+		c.Policies[0].Rate != (limits.Limit{Events: 1, Period: time.Minute}) || c.Policies[0].Burst != 1 || c.Policies[0].MaxKeys != 1000 {
 		t.Errorf("LoadEnv gave %+v", c)
 	}
-	if _, err := New(c); err != nil {
-		t.Errorf("New with the loaded config: %v", err)
+	m := mustNew(t, cfg)
+	h := m.Handler(ok)
+	for i, tc := range []struct {
+		path string
+		want int
+	}{{"/login", 200}, {"/login", 429}, {"/healthz", 200}, {"/static/a.js", 200}, {"/", 200}, {"/", 429}} {
+		w := serve(h, "203.0.113.1:1", tc.path)
+		if w.Code != tc.want {
+			t.Errorf("request %d, %s: %d, want %d", i, tc.path, w.Code, tc.want)
+		}
+		if tc.path == "/" && w.Header().Get("X-RateLimit-Limit") != "2" {
+			t.Errorf("request %d, %s: legacy fields %v", i, tc.path, w.Header())
+		}
+	}
+
+	var d admit.Config
+	if err := d.LoadEnv("APP_", lookup); err == nil || !strings.Contains(err.Error(), `APP_BURST="oops"`) {
+		t.Errorf("LoadEnv with a prefix: %v, want the error to name APP_BURST", err)
 	}
 	for name, bad := range map[string]string{
-		EnvRate: "100", EnvBurst: "0", EnvMaxInFlight: "-3", EnvQueueWait: "soon",
-		EnvTimeout: "0s", EnvMaxKeys: "many", EnvTrustedProxies: "10.0.0.0/8,nope",
+		"LIMITS_RATE": "100", "LIMITS_BURST": "0", "LIMITS_MAX_INFLIGHT": "-3", "LIMITS_QUEUE_WAIT": "soon",
+		"LIMITS_TIMEOUT": "0s", "LIMITS_MAX_KEYS": "many", "LIMITS_TRUSTED_PROXIES": "10.0.0.0/8,nope",
+		"LIMITS_ON_LIMITER_ERROR": "sometimes", "LIMITS_HEADERS": "all", "LIMITS_FORWARDED_HEADER": "X-Client-IP",
+		"LIMITS_BUSY_RETRY_AFTER": "0", "LIMITS_ADDRESS_MULTIPLIER": "0",
 	} {
-		c := Config{}
-		err := c.LoadEnv("", func(k string) (string, bool) {
-			if k == name {
-				return bad, true
-			}
-			return "", false
-		})
+		var c admit.Config
+		err := c.LoadEnv("", func(k string) (string, bool) { return bad, k == name })
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s=%q: error %v, want one naming the variable", name, bad, err)
 		}
 	}
-	c = Config{MaxInFlight: 7}
+	c = admit.Config{MaxInFlight: 7}
 	if err := c.LoadEnv("", func(string) (string, bool) { return "", false }); err != nil || c.MaxInFlight != 7 {
 		t.Errorf("unset variables changed the config: %+v, %v", c, err)
+	}
+	if err := c.LoadEnv("", func(k string) (string, bool) { return "fail_open", k == "LIMITS_ON_LIMITER_ERROR" }); err != nil || !c.FailOpen {
+		t.Errorf("LIMITS_ON_LIMITER_ERROR=fail_open: %v, FailOpen %v", err, c.FailOpen)
 	}
 }
 
@@ -747,22 +901,29 @@ func (refusedAtDeadline) Refund(context.Context, string, limits.Decision) error 
 // is the limiter's, with its cause, under either policy.
 func TestLimiterErrorKeepsCause(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		for _, policy := range []ErrorPolicy{FailClosed, FailOpen} {
+		for _, failOpen := range []bool{false, true} {
 			var logs bytes.Buffer
 			var denied []error
-			m := mustNew(t, Config{Limiter: refusedAtDeadline{100 * time.Millisecond}, LimiterTimeout: 100 * time.Millisecond,
-				OnLimiterError: policy, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
-				Deny: func(w http.ResponseWriter, r *http.Request, d Denial) { denied = append(denied, d.Err) }})
+			m := mustNew(t, Config{
+				Limits: admit.Config{Limiters: named(refusedAtDeadline{100 * time.Millisecond}), Limiter: "l", LimiterTimeout: 100 * time.Millisecond,
+					FailOpen: failOpen, Logger: slog.New(slog.NewJSONHandler(&logs, nil))},
+				Deny: func(w http.ResponseWriter, r *http.Request, _ int, ref *admit.Refusal) {
+					denied = append(denied, ref.Err)
+				},
+			})
 			const n = 20
 			for range n {
 				serve(m.Handler(ok), "192.0.2.1:1", "/")
 			}
-			if s := m.Stats(); s.LimiterError != n {
-				t.Errorf("policy %d: %d limiter errors counted, want %d", policy, s.LimiterError, n)
+			if s := m.Stats(); s.Policies[0].Requests[admit.LimiterError] != n {
+				t.Errorf("FailOpen %v: %d limiter errors counted, want %d", failOpen, s.Policies[0].Requests[admit.LimiterError], n)
+			}
+			if want := map[bool]int{false: n, true: 0}[failOpen]; len(denied) != want {
+				t.Errorf("FailOpen %v: %d requests denied, want %d", failOpen, len(denied), want)
 			}
 			lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
 			if len(lines) != n {
-				t.Fatalf("policy %d: %d log entries, want %d", policy, len(lines), n)
+				t.Fatalf("FailOpen %v: %d log entries, want %d", failOpen, len(lines), n)
 			}
 			for i, line := range lines {
 				var entry map[string]any
@@ -770,14 +931,139 @@ func TestLimiterErrorKeepsCause(t *testing.T) {
 					t.Fatal(err)
 				}
 				if e, _ := entry["error"].(string); !strings.Contains(e, "connection refused") {
-					t.Errorf("policy %d: request %d logged %q, want the limiter's cause", policy, i, e)
+					t.Errorf("FailOpen %v: request %d logged %q, want the limiter's cause", failOpen, i, e)
 				}
 			}
 			for i, err := range denied {
 				if !errors.Is(err, syscall.ECONNREFUSED) {
-					t.Errorf("policy %d: request %d denied with %v, want the limiter's cause", policy, i, err)
+					t.Errorf("FailOpen %v: request %d denied with %v, want the limiter's cause", failOpen, i, err)
 				}
 			}
 		}
 	})
+}
+
+// TestStatsJSON checks that Stats marshals with its counts keyed by
+// reason, the gate's counters only when there is a gate, and the
+// protocol.
+func TestStatsJSON(t *testing.T) {
+	m := mustNew(t, Config{Limits: admit.Config{Rate: limits.Limit{Events: 1, Period: time.Hour}}})
+	serve(m.Handler(ok), "192.0.2.1:1", "/")
+	serve(m.Handler(ok), "192.0.2.1:1", "/")
+	b, _ := json.Marshal(m.Stats())
+	var s map[string]any
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := s["requests"].(map[string]any)
+	if s["protocol"] != "http" || s["gate"] != nil || req["allowed"] != float64(1) || req["rate_limited"] != float64(1) ||
+		!strings.Contains(string(b), `"policies":[{"name":"default","requests":{`) {
+		t.Errorf("Stats without a gate: %s", b)
+	}
+	m = mustNew(t, Config{Limits: admit.Config{MaxInFlight: 2}})
+	b, _ = json.Marshal(m.Stats())
+	if !strings.Contains(string(b), `"gate":{"max":2,"in_flight":0,"peak":0,"waiting":0,"admitted":0,"shed":0,"timed_out":0`) {
+		t.Errorf("Stats with a gate: %s", b)
+	}
+}
+
+// TestClientKeyAndReset checks the key ClientKey gives a request, and that
+// Reset with it unblocks the client in every policy, a route's included.
+func TestClientKeyAndReset(t *testing.T) {
+	m := mustNew(t, Config{Limits: admit.Config{
+		Rate:     limits.Limit{Events: 1, Period: time.Hour},
+		Policies: []admit.Policy{{Name: "login", Routes: []string{"/login"}, Rate: limits.Limit{Events: 1, Period: time.Hour}}},
+	}})
+	h := m.Handler(ok)
+	serve(h, "198.51.100.7:1", "/login")
+	if w := serve(h, "198.51.100.7:1", "/login"); w.Code != 429 {
+		t.Fatalf("second request: %d", w.Code)
+	}
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "198.51.100.7:9"
+	key := m.ClientKey(r)
+	if key != "a:198.51.100.7/32" {
+		t.Errorf("ClientKey = %q", key)
+	}
+	if err := m.Reset(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	if w := serve(h, "198.51.100.7:1", "/login"); w.Code != 200 {
+		t.Errorf("after Reset: %d, want the client unblocked in every policy", w.Code)
+	}
+}
+
+// TestSharedGate gives one gate to two Middlewares, as a process serving
+// two front ends does: a place one takes is one the other cannot.
+func TestSharedGate(t *testing.T) {
+	a := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 1}})
+	b := mustNew(t, Config{Limits: admit.Config{Gate: a.Engine().Gate()}})
+	release, entered := make(chan struct{}), make(chan struct{})
+	slowA := a.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		entered <- struct{}{}
+		<-release
+	}))
+	done := make(chan int)
+	go func() { done <- serve(slowA, "192.0.2.1:1", "/").Code }()
+	<-entered
+	if w := serve(b.Handler(ok), "192.0.2.2:1", "/"); w.Code != 503 || reasonOf(t, w) != "server_busy" {
+		t.Errorf("b while a holds the shared place: %d %s, want 503 server_busy", w.Code, w.Body.String())
+	}
+	close(release)
+	if code := <-done; code != 200 {
+		t.Errorf("a's request: %d", code)
+	}
+	if w := serve(b.Handler(ok), "192.0.2.2:1", "/"); w.Code != 200 {
+		t.Errorf("b once the place is free: %d", w.Code)
+	}
+	if s := b.Stats(); !s.SharedGate || s.Gate.Admitted != 2 || s.Requests[admit.ServerBusy] != 1 {
+		t.Errorf("b's Stats: shared %v, gate %+v, %v", s.SharedGate, s.Gate, s.Requests)
+	}
+	if _, err := New(Config{Limits: admit.Config{Gate: a.Engine().Gate(), MaxInFlight: 4}}); err == nil {
+		t.Error("New accepted MaxInFlight beside a shared Gate")
+	}
+}
+
+// TestTierFromKeys checks that a tier is read only from a function of
+// Keys: a Tier naming no function, or tiers without a Tier, are errors,
+// in New and in Update, so that no client picks its own tier.
+func TestTierFromKeys(t *testing.T) {
+	min := func(n int) limits.Limit { return limits.Limit{Events: n, Period: time.Minute} }
+	plan := map[string]func(*http.Request) string{"plan": func(*http.Request) string { return "free" }}
+	tiers := map[string]admit.Policy{"free": {Rate: min(3)}, "pro": {Rate: min(30)}}
+	for _, c := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"a header", Config{Limits: admit.Config{Rate: min(20), CallerKey: "X-API-Key", Tier: "plan", Tiers: tiers}}},
+		{"another case", Config{Limits: admit.Config{Rate: min(20), CallerKey: "X-API-Key", Tier: "Plan", Tiers: tiers}, Keys: plan}},
+		{"no Tier", Config{Limits: admit.Config{Rate: min(20), CallerKey: "X-API-Key", Tiers: tiers}, Keys: plan}},
+		{"no Tier for a policy", Config{Limits: admit.Config{Rate: min(20), Policies: []admit.Policy{{Name: "p", Rate: min(5), Tiers: tiers}}}}},
+		{"a key in another case", Config{Limits: admit.Config{Rate: min(20), CallerKey: "User"},
+			Keys: map[string]func(*http.Request) string{"user": func(*http.Request) string { return "u" }}}},
+	} {
+		if _, err := New(c.cfg); err == nil {
+			t.Errorf("%s: New accepted %+v", c.name, c.cfg.Limits)
+		}
+		m := mustNew(t, Config{Limits: admit.Config{Rate: min(20)}, Keys: c.cfg.Keys})
+		if err := m.Update(c.cfg.Limits); err == nil {
+			t.Errorf("%s: Update accepted %+v", c.name, c.cfg.Limits)
+		}
+	}
+	// From Keys, the tier applies, whatever header the client sends.
+	m := mustNew(t, Config{Limits: admit.Config{Rate: min(20), CallerKey: "X-API-Key", Tier: "plan", Tiers: tiers}, Keys: plan})
+	allowed := 0
+	for range 10 {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("X-API-Key", "k")
+		r.Header.Set("plan", "pro")
+		w := httptest.NewRecorder()
+		m.Handler(ok).ServeHTTP(w, r)
+		if w.Code == 200 {
+			allowed++
+		}
+	}
+	if allowed != 3 {
+		t.Errorf("a free key sending plan: pro: %d of 10 allowed, want the free tier's 3", allowed)
+	}
 }

@@ -12,25 +12,28 @@ import (
 	"github.com/limitsgo/limits/adaptive"
 )
 
-// serveWithTimeout runs next in its own goroutine under the deadline of
-// r's context, set when the request was admitted. If the handler returns
-// in time, its buffered response is sent; if the deadline passes first,
-// the client gets 503 request_timeout and the handler's context is
-// cancelled. Either way q, the request's place in the gate and its
-// per-client count, is released only when the handler has returned: until
-// then it still uses the capacity they stand for.
-func (c *core) serveWithTimeout(next http.Handler, w http.ResponseWriter, r *http.Request, q *request) {
-	ctx := r.Context()
+// serveWithTimeout runs next in its own goroutine under the request's
+// deadline, set when it was admitted. If the handler returns in time, its
+// buffered response is sent; if the deadline passes first, the client gets
+// 503 request_timeout and the handler's context is cancelled. Either way
+// the request's admission (its place in the gate and its per-client
+// count) ends only when the handler has returned: until then it still
+// uses the capacity they stand for.
+func (m *Middleware) serveWithTimeout(next http.Handler, w http.ResponseWriter, r *http.Request, q *request) {
+	deadline, _ := q.t.Deadline()
+	ctx, cancel := context.WithDeadline(r.Context(), deadline)
+	defer cancel()
+	r = r.WithContext(ctx)
 	// The handler sees, and may change or remove, the header fields set so
-	// far, such as the RateLimit fields, as it would on w.
-	tw := &timeoutWriter{h: w.Header().Clone()}
+	// far, such as the rate limit fields, as it would on w.
+	tw := &timeoutWriter{h: w.Header().Clone(), q: q}
 	// done carries the handler's panic, or nil when it returns: one channel,
 	// so that a panic can never be mistaken for a return.
 	done := make(chan any, 1)
 	go func() {
 		var p any
 		defer func() {
-			q.release(tw.outcome(p))
+			q.done(tw.outcome(p))
 			done <- p
 		}()
 		defer func() { p = recover() }()
@@ -48,20 +51,20 @@ func (c *core) serveWithTimeout(next http.Handler, w http.ResponseWriter, r *htt
 		w.WriteHeader(tw.status())
 		w.Write(tw.buf.Bytes())
 	case <-ctx.Done():
-		deadline := errors.Is(ctx.Err(), context.DeadlineExceeded) && q.Err() == nil
+		deadline := errors.Is(ctx.Err(), context.DeadlineExceeded) && q.r.Context().Err() == nil
 		tw.mu.Lock()
 		tw.timedOut, tw.deadline = true, deadline
 		tw.mu.Unlock()
 		if !deadline {
 			return // the client went away: nobody to answer
 		}
-		c.n.RequestTimeout.Add(1)
-		c.refuse(w, r, "", Denial{Status: http.StatusServiceUnavailable, Reason: ReasonRequestTimeout, RetryAfter: c.busyRetry})
+		m.refuse(w, r, q.t.TimedOut())
 	}
 }
 
 // timeoutWriter buffers a handler's response until it returns in time.
 type timeoutWriter struct {
+	q        *request // for ReleaseCapacity
 	mu       sync.Mutex
 	h        http.Header
 	buf      bytes.Buffer

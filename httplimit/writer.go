@@ -1,10 +1,11 @@
 package httplimit
 
-// This file is the ResponseWriter a handler gets from a Middleware with a
-// gate, written with the standard library alone, as the core module is:
-// it sees the status the handler writes, gives the request's place in
-// the gate back when the connection is hijacked, and keeps http.Flusher,
-// http.Hijacker and http.ResponseController (through Unwrap) working.
+// This file is what a Middleware holds for one request, which is also the
+// ResponseWriter its handler gets: it sees the status the handler writes,
+// gives the request's place in the gate back when the connection is
+// hijacked, and keeps http.Flusher, http.Hijacker and
+// http.ResponseController (through Unwrap) working. It is written with the
+// standard library alone, as the core module is.
 
 import (
 	"bufio"
@@ -13,12 +14,70 @@ import (
 	"net/http"
 
 	"github.com/limitsgo/limits/adaptive"
+	"github.com/limitsgo/limits/admit"
 )
 
-// The request of a request that holds a place in the gate is the
-// ResponseWriter its handler gets: it wraps the ResponseWriter the
-// Middleware was given (q.rw), and so costs no allocation of its own.
-// Like the ResponseWriter it wraps, it is for the handler's goroutine.
+// request is what a Middleware holds for one request until its handler
+// returns, in one allocation: its admission, the fields of its request the
+// engine reads, the bytes of its rate limit fields' values, and the
+// ResponseWriter its handler writes through. Like the ResponseWriter it
+// wraps, it is for the handler's goroutine, but for ReleaseCapacity.
+type request struct {
+	t      admit.Ticket
+	m      *Middleware
+	r      *http.Request
+	rw     http.ResponseWriter // the ResponseWriter it wraps for the handler
+	status int32               // the final status the handler wrote, or 101; 0 before any
+	nvals  int
+	vals   [5]string // the rate limit fields' values
+	// mem holds the bytes of the rate limit fields' values if they fit,
+	// written once and never again, as a string's must be.
+	mem [reqMem]byte
+}
+
+// reqMem is the room a request has for the bytes of its rate limit
+// fields' values: enough for one policy's RateLimit field, which is all
+// most requests need.
+const reqMem = 48
+
+// done ends the request's admission, telling an adaptive gate how it
+// went: a request whose client left says nothing of the service's
+// capacity.
+func (q *request) done(o adaptive.Outcome) {
+	if o == adaptive.Success && q.r.Context().Err() != nil {
+		o = adaptive.Ignored
+	}
+	q.t.Done(o)
+}
+
+// ReleaseCapacity gives back the place in the Middleware's gate that the
+// request whose handler was given w holds, before its handler returns, so
+// that a long-lived request, such as a stream, no longer counts against
+// Limits.MaxInFlight once its costly part is done. w is the handler's
+// ResponseWriter, or one that wraps it and has an Unwrap method returning
+// it (as http.ResponseController expects). A request whose connection is
+// hijacked (a WebSocket upgrade) needs no call: its place is given back
+// at the hijack, or when the handler writes 101 Switching Protocols. It is
+// idempotent, safe for concurrent use while the handler runs, and does
+// nothing for requests that hold no place. The request's per-client
+// count, if any, is kept until the handler returns, hijacked or not:
+// MaxInFlightPerClient then caps the sockets a client has open at once.
+func ReleaseCapacity(w http.ResponseWriter) {
+	for w != nil {
+		switch v := w.(type) {
+		case *request:
+			v.t.Leave(adaptive.Success)
+			return
+		case *timeoutWriter:
+			v.q.t.Leave(adaptive.Success)
+			return
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = v.Unwrap()
+		default:
+			return
+		}
+	}
+}
 
 // Header returns the wrapped writer's header map.
 func (q *request) Header() http.Header { return q.rw.Header() }
@@ -32,7 +91,7 @@ func (q *request) WriteHeader(code int) {
 		q.status = int32(code)
 	}
 	if code == http.StatusSwitchingProtocols {
-		q.held.Leave(adaptive.Success)
+		q.t.Leave(adaptive.Success)
 	}
 	q.rw.WriteHeader(code)
 }
@@ -82,7 +141,7 @@ func (q *request) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		if q.status == 0 {
 			q.status = http.StatusSwitchingProtocols
 		}
-		q.held.Leave(adaptive.Success)
+		q.t.Leave(adaptive.Success)
 	}
 	return conn, rw, err
 }
@@ -99,10 +158,12 @@ func (q *request) outcome() adaptive.Outcome {
 	return adaptive.Success
 }
 
-// The interfaces handlers and http.ResponseController look for.
+// The interfaces handlers, http.ResponseController and the engine look
+// for.
 var (
 	_ http.ResponseWriter = (*request)(nil)
 	_ http.Flusher        = (*request)(nil)
 	_ http.Hijacker       = (*request)(nil)
 	_ io.ReaderFrom       = (*request)(nil)
+	_ admit.Fields        = (*request)(nil)
 )

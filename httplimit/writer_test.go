@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/limitsgo/limits/admit"
 )
 
 // dialRaw opens a connection to the server of url from a client of its
@@ -33,7 +35,7 @@ func dialRaw(t *testing.T, url, path string) (net.Conn, *bufio.Reader) {
 // the place is free for another client's request, while the hijacking
 // client's count stays until the handler returns.
 func TestHijackGivesPlaceBack(t *testing.T) {
-	m := mustNew(t, Config{MaxInFlight: 1, MaxInFlightPerClient: 1})
+	m := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 1, MaxInFlightPerClient: 1}})
 	hijacked := make(chan struct{})
 	done := make(chan struct{})
 	srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -87,8 +89,28 @@ func TestHijackGivesPlaceBack(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Errorf("the socket's client, a second request: %d, want 429 concurrency_limited", resp.StatusCode)
 	}
-	if s := m.Stats(); s.ConcurrencyLimited != 1 || s.ServerBusy != 0 {
-		t.Errorf("Stats %+v", s)
+	if s := m.Stats(); s.Requests[admit.ConcurrencyLimited] != 1 || s.Requests[admit.ServerBusy] != 0 {
+		t.Errorf("Stats %v", s.Requests)
+	}
+}
+
+// TestSwitchingProtocolsGivesPlaceBack checks that a handler writing 101
+// Switching Protocols, as a WebSocket library may before it hijacks,
+// gives its place in the gate back, and that the status reaches the
+// client's writer.
+func TestSwitchingProtocolsGivesPlaceBack(t *testing.T) {
+	m := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 1}})
+	inFlight := -1
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusSwitchingProtocols)
+		inFlight = m.Stats().Gate.InFlight
+	}))
+	w := serve(h, "192.0.2.1:1", "/socket")
+	if inFlight != 0 || w.Code != http.StatusSwitchingProtocols {
+		t.Errorf("after 101: %d in the gate, status %d; want 0 and 101", inFlight, w.Code)
+	}
+	if s := m.Stats().Gate; s.InFlight != 0 || s.Admitted != 1 {
+		t.Errorf("gate %+v", s)
 	}
 }
 
@@ -97,7 +119,7 @@ func TestHijackGivesPlaceBack(t *testing.T) {
 // client while it runs, and http.ResponseController reaches the server's
 // writer through Unwrap (a write deadline can be set).
 func TestServerSentEvents(t *testing.T) {
-	m := mustNew(t, Config{MaxInFlight: 4})
+	m := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 4}})
 	next := make(chan struct{})
 	srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f, ok := w.(http.Flusher)
@@ -132,15 +154,52 @@ func TestServerSentEvents(t *testing.T) {
 	}
 }
 
+// unwrapper is a ResponseWriter wrapping another, as logging and
+// compression middleware do, with the Unwrap method
+// http.ResponseController looks for.
+type unwrapper struct{ http.ResponseWriter }
+
+func (u unwrapper) Unwrap() http.ResponseWriter { return u.ResponseWriter }
+
+// TestNoRequestCopy checks that a Middleware with a gate hands its handler
+// the very request it was given, not a copy carrying the request's state,
+// and that ReleaseCapacity finds that state through the handler's writer,
+// or a writer wrapping it with Unwrap, and gives the place back.
+func TestNoRequestCopy(t *testing.T) {
+	for _, wrap := range []bool{false, true} {
+		m := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 2, MaxInFlightPerClient: 2}})
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		var same bool
+		before, after := -1, -1
+		h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, got *http.Request) {
+			same = got == r
+			if wrap {
+				w = unwrapper{unwrapper{w}}
+			}
+			before = m.Stats().Gate.InFlight
+			ReleaseCapacity(w)
+			after = m.Stats().Gate.InFlight
+		}))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if !same {
+			t.Errorf("wrapped %v: the handler got a copy of the request", wrap)
+		}
+		if before != 1 || after != 0 {
+			t.Errorf("wrapped %v: %d in the gate before ReleaseCapacity, %d after; want 1 and 0", wrap, before, after)
+		}
+		if s := m.Stats().Gate; s.InFlight != 0 || s.Admitted != 1 || w.Code != 200 {
+			t.Errorf("wrapped %v: gate %+v, status %d", wrap, s, w.Code)
+		}
+	}
+}
+
 // TestStatusSeen checks that a Middleware without Timeout sees the status
 // its handler writes: an adaptive gate is told of the handler's own 503s
 // and 504s as overload (adaptive.Dropped), of other answers as successes.
 func TestStatusSeen(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m, err := New(Config{MaxInFlight: 8, Adaptive: aimdConfig()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := mustNew(t, Config{Limits: admit.Config{MaxInFlight: 8, Adaptive: aimdConfig()}})
 		code := http.StatusOK
 		h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			time.Sleep(time.Millisecond)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/httplimit"
 	"github.com/limitsgo/limits/limitsprom"
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,15 +21,15 @@ var benchConfigs = []struct {
 	name string
 	cfg  httplimit.Config
 }{
-	{"Rate", httplimit.Config{Rate: limits.Limit{Events: 1_000_000_000, Period: time.Second}}},
-	{"Gate+Rate", httplimit.Config{MaxInFlight: 1024, Rate: limits.Limit{Events: 1_000_000_000, Period: time.Second}}},
-	{"All", httplimit.Config{
-		Exempt:               httplimit.ExemptPaths("/healthz"),
+	{"Rate", httplimit.Config{Limits: admit.Config{Rate: limits.Limit{Events: 1_000_000_000, Period: time.Second}}}},
+	{"Gate+Rate", httplimit.Config{Limits: admit.Config{MaxInFlight: 1024, Rate: limits.Limit{Events: 1_000_000_000, Period: time.Second}}}},
+	{"All", httplimit.Config{Limits: admit.Config{
+		Exempt:               []string{"/healthz"},
 		MaxInFlight:          1024,
 		Rate:                 limits.Limit{Events: 1_000_000_000, Period: time.Second},
-		CallerKey:            httplimit.HeaderKey("X-Api-Key"),
+		CallerKey:            "X-Api-Key",
 		MaxInFlightPerClient: 1024,
-	}},
+	}}},
 }
 
 // discard is a ResponseWriter that keeps nothing.

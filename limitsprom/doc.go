@@ -1,46 +1,48 @@
-// Package limitsprom exports the counters of package limits and its
-// net/http front end as Prometheus metrics, so that a limit that fires is
-// seen, and so is one that never does.
+// Package limitsprom exports the counters of package limits, of its front
+// ends and of the Redis GCRA as Prometheus metrics, so that a limit that
+// fires is seen, and so is one that never does.
 //
-// One call registers a component under a name of the caller's choosing:
+// One call registers a component, of any kind, under a name of the
+// caller's choosing:
 //
 //	var (
-//		middleware *httplimit.Middleware
-//		loginGCRA  *limits.GCRA
-//		jobsGate   *limits.Gate
+//		middleware  *httplimit.Middleware
+//		interceptor *grpclimit.Interceptor
+//		loginGCRA   *limits.GCRA
+//		jobsGate    *limits.Gate
+//		fleet       *redislimit.GCRA
 //	)
 //	reg := prometheus.NewRegistry()
-//	limitsprom.Register(reg, "api", middleware)  // *httplimit.Middleware, with its gate
-//	limitsprom.Register(reg, "login", loginGCRA) // *limits.GCRA
-//	limitsprom.Register(reg, "jobs", jobsGate)   // *limits.Gate
+//	limitsprom.Register(reg, "api", middleware)  // with its gate
+//	limitsprom.Register(reg, "rpc", interceptor) // with its gate
+//	limitsprom.Register(reg, "login", loginGCRA)
+//	limitsprom.Register(reg, "jobs", jobsGate)
+//	limitsprom.Register(reg, "fleet", fleet)
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
-// This package handles the components of the core module only, and links
-// neither a Redis client nor gRPC. The components of other modules have a
-// package each, in a module of its own, with the same conventions:
-//
-//	var (
-//		redisGCRA   *redislimit.GCRA
-//		interceptor *grpclimit.Interceptor
-//	)
-//	reg := prometheus.NewRegistry()
-//	redislimitprom.Register(reg, "fleet", redisGCRA) // *redislimit.GCRA
-//	grpclimitprom.Register(reg, "rpc", interceptor)  // *grpclimit.Interceptor, with its gate
+// The metrics are described once, by package metrics of the core module,
+// for every exporter: this package and limitsotel export the same series.
+// A component is anything metrics.For describes: a Gate or a GCRA of
+// package limits, anything with the Stats of an admission engine (an
+// admit.Engine, an httplimit.Middleware, a grpclimit.Interceptor), and a
+// component that describes itself (a redislimit.GCRA). This package
+// imports none of the front ends or clients: a service registers what it
+// has, and links no gRPC or Redis client for the others.
 //
 // The collectors read each component's snapshot when scraped, and keep no
 // state between scrapes: the request path pays nothing for them. Every
 // metric carries the label name="<name>"; the others have a fixed, small
-// set of values (a layer, an outcome, a policy name from the
-// configuration), never a client's key or address. Every series is
-// exported from the start, at 0, so that a limit that has never fired
-// shows as 0, not as missing. Package limitsotel, a module of its own, exports
-// the same series as OpenTelemetry instruments.
+// set of values (a layer, an outcome, a policy name or a route pattern
+// from the configuration), never a client's key or address, nor a
+// request's path. Every series is exported from the start, at 0, so that
+// a limit that has never fired shows as 0, not as missing. Package
+// limitsotel, a module of its own, exports the same series as
+// OpenTelemetry instruments.
 //
 // # Metrics
 //
-// A limits.Gate, and the gate of an httplimit.Middleware (or a
-// grpclimit.Interceptor) configured with MaxInFlight, under the front
-// end's name:
+// A limits.Gate, and the gate of a front end configured with MaxInFlight,
+// under the front end's name:
 //
 //	limits_gate_capacity            gauge    most requests admitted at once
 //	limits_gate_in_flight           gauge    requests inside now
@@ -61,19 +63,27 @@
 //	limits_gate_priority_admitted_total  counter  requests of the priority let in
 //	limits_gate_priority_shed_total      counter  requests of the priority refused at once
 //
+// A gate shared by front ends (admit.Config.Gate) is exported by its own
+// registration only, so that its requests are counted once.
+//
 // A limits.GCRA:
 //
 //	limits_gcra_keys                gauge    keys held, expired ones not yet reused included
 //	limits_gcra_max_keys            gauge    most keys the table holds
 //	limits_gcra_table_full_total    counter  new keys refused: the table was full of keys in use
 //
-// An httplimit.Middleware, and those its With made, which share its
-// counters:
+// A front end, under the subsystem of its protocol: limits_http_* for an
+// httplimit.Middleware, limits_grpc_* for a grpclimit.Interceptor (whose
+// unit is the call, and whose route label is method),
+// limits_admit_* for an admit.Engine used directly:
 //
-//	limits_http_requests_total{layer, outcome}          counter
-//	limits_http_policy_requests_total{policy, outcome}  counter
-//	limits_http_policy_keys{policy}                     gauge    keys the policy's local GCRA holds
-//	limits_http_policy_max_keys{policy}                 gauge    most keys it may hold
+//	limits_http_requests_total{layer, outcome}                 counter
+//	limits_http_shadow_refusals_total{layer, outcome}          counter  what layers in shadow mode would have refused
+//	limits_http_policy_requests_total{policy, outcome}         counter
+//	limits_http_policy_shadow_refusals_total{policy, outcome}  counter
+//	limits_http_policy_keys{policy}                            gauge    keys the policy's local GCRA holds
+//	limits_http_policy_max_keys{policy}                        gauge    most keys it may hold
+//	limits_http_route_requests_total{route, outcome}           counter  by route pattern; other for the rest
 //
 // The outcome of a request is allowed (layer "all": every layer let it
 // through), exempt (layer "exempt"), or the reason of its refusal, with the
@@ -84,21 +94,27 @@
 // allowed: request_timeout counts allowed requests that ran past the
 // deadline, and limiter_error counts every limiter failure, requests let
 // through by the FailOpen policy included. Per policy (as named in the
-// RateLimit header fields), the outcome is allowed or the reason of a
-// refusal by that policy. The keys of a policy are those of the GCRA that
-// decides it in the process (the one asked before a remote Limiter, if
-// any): both gauges are 0 for a policy decided by a remote Limiter alone.
+// rate limit fields), the outcome is allowed or the reason of a refusal
+// by that policy. The keys of a policy are those of the GCRA that decides
+// it in the process (the one asked before a remote limiter, if any): both
+// gauges are 0 for a policy decided by a remote limiter alone. The routes
+// are the patterns of the configuration (the policies' Routes and
+// Exempt), and other for the requests that match none; there are none
+// without patterns.
 //
-// Package grpclimitprom exports the same series for a gRPC Interceptor,
-// as limits_grpc_requests_total and so on; package redislimitprom exports
-// a Redis GCRA's calls, failures, fallbacks and call latency, as
-// limits_redis_*.
+// A redislimit.GCRA (see GCRA.Metrics there): its calls by op and result,
+// failures by kind, fallbacks and call latency, as limits_redis_*.
 //
 // # Queries
 //
 // Refusals per second by reason, over every middleware:
 //
 //	sum by (outcome) (rate(limits_http_requests_total{outcome!~"allowed|exempt"}[5m]))
+//
+// The routes refused most, and what a policy in shadow mode would refuse:
+//
+//	topk(5, sum by (route) (rate(limits_http_route_requests_total{outcome!~"allowed|exempt"}[5m])))
+//	sum by (policy, outcome) (rate(limits_http_policy_shadow_refusals_total[5m]))
 //
 // Gate saturation, the share of the capacity in use, and the requests
 // shed:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/httplimit"
 	"github.com/limitsgo/limits/limitsprom"
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,10 +57,10 @@ func ExampleRegister() {
 // client sends 3: every outcome is exported, those that never happened at
 // 0, and so is the fullness of the policy's table of clients.
 func ExampleRegister_middleware() {
-	m, err := httplimit.New(httplimit.Config{
+	m, err := httplimit.New(httplimit.Config{Limits: admit.Config{
 		Rate:    limits.Limit{Events: 2, Period: time.Minute},
 		MaxKeys: 10_000,
-	})
+	}})
 	if err != nil {
 		panic(err)
 	}
@@ -90,6 +91,45 @@ func ExampleRegister_middleware() {
 	// limits_http_requests_total{layer="rate",name="api",outcome="limiter_error"} 0
 	// limits_http_requests_total{layer="rate",name="api",outcome="rate_limited"} 1
 	// limits_http_requests_total{layer="rate",name="api",outcome="table_full"} 0
+}
+
+// A middleware with a policy of its own for /login counts the requests
+// of each route pattern of its configuration, and of the others under
+// "other", whichever layer decided them: the label holds the pattern, so
+// the series stay as few as the patterns however many paths clients send.
+func ExampleRegister_routes() {
+	m, err := httplimit.New(httplimit.Config{Limits: admit.Config{
+		Rate: limits.Limit{Events: 100, Period: time.Minute},
+		Policies: []admit.Policy{
+			{Name: "login", Routes: []string{"POST /login"}, Rate: limits.Limit{Events: 1, Period: time.Minute}},
+		},
+	}})
+	if err != nil {
+		panic(err)
+	}
+	reg := prometheus.NewRegistry()
+	if err := limitsprom.Register(reg, "api", m); err != nil {
+		panic(err)
+	}
+	h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for _, r := range []string{"POST /login", "POST /login", "GET /items/1", "GET /items/2"} {
+		method, path, _ := strings.Cut(r, " ")
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(method, path, nil))
+	}
+
+	text, err := testutil.GatherAndFormat(reg, expfmt.TypeTextPlain, "limits_http_route_requests_total")
+	if err != nil {
+		panic(err)
+	}
+	for line := range strings.Lines(string(text)) {
+		if !strings.HasPrefix(line, "#") && !strings.HasSuffix(line, " 0\n") {
+			fmt.Print(line)
+		}
+	}
+	// Output:
+	// limits_http_route_requests_total{name="api",outcome="allowed",route="POST /login"} 1
+	// limits_http_route_requests_total{name="api",outcome="allowed",route="other"} 2
+	// limits_http_route_requests_total{name="api",outcome="rate_limited",route="POST /login"} 1
 }
 
 // Labels shared by every metric of a service, such as its region, are

@@ -4,15 +4,9 @@ go 1.26.0
 
 // Modules of this repository: required at the repository's version
 // (VERSION), built from the working tree here.
-require (
-	github.com/limitsgo/limits v0.1.0
-	github.com/limitsgo/limits/limitsprom/internal/series v0.1.0
-)
+require github.com/limitsgo/limits v0.1.0
 
-replace (
-	github.com/limitsgo/limits => ..
-	github.com/limitsgo/limits/limitsprom/internal/series => ./internal/series
-)
+replace github.com/limitsgo/limits => ..
 
 require (
 	github.com/prometheus/client_golang v1.25.0

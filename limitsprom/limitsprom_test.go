@@ -13,12 +13,15 @@ import (
 	"time"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/adaptive"
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/httplimit"
 	"github.com/limitsgo/limits/limitsprom"
 	"github.com/limitsgo/limits/limitsprom/internal/promtest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 )
 
@@ -43,17 +46,16 @@ type site struct {
 // loopback.
 func newSite(t *testing.T) *site {
 	t.Helper()
-	m, err := httplimit.New(httplimit.Config{
-		Exempt:         httplimit.ExemptPaths("/healthz"),
+	m, err := httplimit.New(httplimit.Config{Limits: admit.Config{
+		Exempt:         []string{"/healthz"},
 		MaxInFlight:    1,
 		Rate:           limits.Limit{Events: 2, Period: time.Hour},
 		MaxKeys:        1000,
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	login, err := m.With(httplimit.Policy{Name: "login", Rate: limits.Limit{Events: 1, Period: time.Hour}, MaxKeys: 100})
+		Policies: []admit.Policy{
+			{Name: "login", Routes: []string{"/login"}, Rate: limits.Limit{Events: 1, Period: time.Hour}, MaxKeys: 100},
+		},
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +64,7 @@ func newSite(t *testing.T) *site {
 	app := http.NewServeMux()
 	app.Handle("/healthz", ok)
 	app.Handle("/api", ok)
-	app.Handle("/login", login.Handler(ok))
+	app.Handle("/login", ok)
 	app.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
 		s.entered <- struct{}{}
 		<-s.release
@@ -127,7 +129,7 @@ func (s *site) traffic(t *testing.T) {
 
 // The expected exposition of the site's middleware after traffic.
 const wantHTTP = `
-# HELP limits_http_requests_total HTTP requests by outcome, with the layer that decided it: allowed (layer all), exempt, or the reason of a refusal. request_timeout also counts as allowed, and so does limiter_error when the policy lets requests through.
+# HELP limits_http_requests_total HTTP requests by outcome, with the layer that decided it: allowed (layer all), exempt, or the reason of a refusal. request_timeout also counts requests allowed and cut short, and limiter_error every failed limiter call, including those the failure policy let through.
 # TYPE limits_http_requests_total counter
 limits_http_requests_total{layer="all",name="api",outcome="allowed"} 4
 limits_http_requests_total{layer="capacity",name="api",outcome="request_timeout"} 0
@@ -162,6 +164,58 @@ limits_http_policy_keys{name="api",policy="login"} 1
 # TYPE limits_http_policy_max_keys gauge
 limits_http_policy_max_keys{name="api",policy="default"} 1000
 limits_http_policy_max_keys{name="api",policy="login"} 100
+# HELP limits_http_shadow_refusals_total HTTP requests that a layer in shadow mode (the gate, or a rate policy) would have refused, by layer and reason; they went on as if allowed.
+# TYPE limits_http_shadow_refusals_total counter
+limits_http_shadow_refusals_total{layer="capacity",name="api",outcome="server_busy"} 0
+limits_http_shadow_refusals_total{layer="rate",name="api",outcome="cost_above_burst"} 0
+limits_http_shadow_refusals_total{layer="rate",name="api",outcome="invalid_cost"} 0
+limits_http_shadow_refusals_total{layer="rate",name="api",outcome="rate_limited"} 0
+limits_http_shadow_refusals_total{layer="rate",name="api",outcome="table_full"} 0
+# HELP limits_http_policy_shadow_refusals_total HTTP requests that a rate policy in shadow mode would have refused, by policy and reason.
+# TYPE limits_http_policy_shadow_refusals_total counter
+limits_http_policy_shadow_refusals_total{name="api",outcome="cost_above_burst",policy="default"} 0
+limits_http_policy_shadow_refusals_total{name="api",outcome="cost_above_burst",policy="login"} 0
+limits_http_policy_shadow_refusals_total{name="api",outcome="invalid_cost",policy="default"} 0
+limits_http_policy_shadow_refusals_total{name="api",outcome="invalid_cost",policy="login"} 0
+limits_http_policy_shadow_refusals_total{name="api",outcome="rate_limited",policy="default"} 0
+limits_http_policy_shadow_refusals_total{name="api",outcome="rate_limited",policy="login"} 0
+limits_http_policy_shadow_refusals_total{name="api",outcome="table_full",policy="default"} 0
+limits_http_policy_shadow_refusals_total{name="api",outcome="table_full",policy="login"} 0
+# HELP limits_http_route_requests_total HTTP requests by the route pattern of the configuration they matched (other for the rest) and outcome: allowed, exempt, or the reason of a refusal by any layer.
+# TYPE limits_http_route_requests_total counter
+limits_http_route_requests_total{name="api",outcome="allowed",route="/healthz"} 0
+limits_http_route_requests_total{name="api",outcome="concurrency_limited",route="/healthz"} 0
+limits_http_route_requests_total{name="api",outcome="concurrency_table_full",route="/healthz"} 0
+limits_http_route_requests_total{name="api",outcome="cost_above_burst",route="/healthz"} 0
+limits_http_route_requests_total{name="api",outcome="exempt",route="/healthz"} 2
+limits_http_route_requests_total{name="api",outcome="invalid_cost",route="/healthz"} 0
+limits_http_route_requests_total{name="api",outcome="limiter_error",route="/healthz"} 0
+limits_http_route_requests_total{name="api",outcome="rate_limited",route="/healthz"} 0
+limits_http_route_requests_total{name="api",outcome="request_timeout",route="/healthz"} 0
+limits_http_route_requests_total{name="api",outcome="server_busy",route="/healthz"} 0
+limits_http_route_requests_total{name="api",outcome="table_full",route="/healthz"} 0
+limits_http_route_requests_total{name="api",outcome="allowed",route="/login"} 1
+limits_http_route_requests_total{name="api",outcome="concurrency_limited",route="/login"} 0
+limits_http_route_requests_total{name="api",outcome="concurrency_table_full",route="/login"} 0
+limits_http_route_requests_total{name="api",outcome="cost_above_burst",route="/login"} 0
+limits_http_route_requests_total{name="api",outcome="exempt",route="/login"} 0
+limits_http_route_requests_total{name="api",outcome="invalid_cost",route="/login"} 0
+limits_http_route_requests_total{name="api",outcome="limiter_error",route="/login"} 0
+limits_http_route_requests_total{name="api",outcome="rate_limited",route="/login"} 1
+limits_http_route_requests_total{name="api",outcome="request_timeout",route="/login"} 0
+limits_http_route_requests_total{name="api",outcome="server_busy",route="/login"} 0
+limits_http_route_requests_total{name="api",outcome="table_full",route="/login"} 0
+limits_http_route_requests_total{name="api",outcome="allowed",route="other"} 3
+limits_http_route_requests_total{name="api",outcome="concurrency_limited",route="other"} 0
+limits_http_route_requests_total{name="api",outcome="concurrency_table_full",route="other"} 0
+limits_http_route_requests_total{name="api",outcome="cost_above_burst",route="other"} 0
+limits_http_route_requests_total{name="api",outcome="exempt",route="other"} 0
+limits_http_route_requests_total{name="api",outcome="invalid_cost",route="other"} 0
+limits_http_route_requests_total{name="api",outcome="limiter_error",route="other"} 0
+limits_http_route_requests_total{name="api",outcome="rate_limited",route="other"} 1
+limits_http_route_requests_total{name="api",outcome="request_timeout",route="other"} 0
+limits_http_route_requests_total{name="api",outcome="server_busy",route="other"} 1
+limits_http_route_requests_total{name="api",outcome="table_full",route="other"} 0
 `
 
 // The expected exposition of the middleware's gate, and of a gate of 2
@@ -273,7 +327,8 @@ func TestScrape(t *testing.T) {
 	s.traffic(t)
 	url := s.srv.URL + "/metrics"
 	if err := testutil.ScrapeAndCompare(url, strings.NewReader(wantHTTP), "limits_http_requests_total", "limits_http_policy_requests_total",
-		"limits_http_policy_keys", "limits_http_policy_max_keys"); err != nil {
+		"limits_http_policy_keys", "limits_http_policy_max_keys", "limits_http_shadow_refusals_total", "limits_http_policy_shadow_refusals_total",
+		"limits_http_route_requests_total"); err != nil {
 		t.Error(err)
 	}
 	gates := []string{"limits_gate_admitted_total", "limits_gate_capacity", "limits_gate_in_flight", "limits_gate_peak_in_flight",
@@ -289,22 +344,97 @@ func TestScrape(t *testing.T) {
 	promtest.Lint(t, s.reg)
 }
 
-// TestNoGateNoPolicy checks a Middleware without a gate or a rate: no
-// gate metrics and no policy series, but every outcome at 0.
+// TestNoGateNoPolicy checks a Middleware without a gate, a rate or a
+// route: no gate metrics and no policy or route series, but every outcome
+// at 0, and every refusal of a layer in shadow mode.
 func TestNoGateNoPolicy(t *testing.T) {
-	m, err := httplimit.New(httplimit.Config{MaxInFlightPerClient: 4})
+	m, err := httplimit.New(httplimit.Config{Limits: admit.Config{MaxInFlightPerClient: 4}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := limitsprom.NewCollector("bare", m)
-	if n := testutil.CollectAndCount(c); n != 11 {
-		t.Errorf("%d series, want the 11 outcomes", n)
+	if n := testutil.CollectAndCount(c); n != 11+5 {
+		t.Errorf("%d series, want the 11 outcomes and 5 refusals in shadow mode", n)
 	}
-	if n := testutil.CollectAndCount(c, "limits_gate_in_flight", "limits_http_policy_requests_total"); n != 0 {
-		t.Errorf("%d gate or policy series, want none", n)
+	if n := testutil.CollectAndCount(c, "limits_gate_in_flight", "limits_http_policy_requests_total", "limits_http_route_requests_total"); n != 0 {
+		t.Errorf("%d gate, policy or route series, want none", n)
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
+	promtest.Lint(t, reg)
+}
+
+// TestEngine registers an admit.Engine used directly, and a Middleware
+// over another: the Engine's metrics are those of a front end, named
+// limits_admit_*, and its gate is exported under its name.
+func TestEngine(t *testing.T) {
+	e, err := admit.New(admit.Config{
+		MaxInFlight: 2,
+		Rate:        limits.Limit{Events: 1, Period: time.Hour},
+		Policies:    []admit.Policy{{Name: "jobs", Routes: []string{"/jobs/"}, Rate: limits.Limit{Events: 5, Period: time.Hour}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := limitsprom.Register(reg, "queue", e); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		var tk admit.Ticket
+		if err := e.Admit(context.Background(), &admit.Request{Peer: "192.0.2.1", Route: "/jobs/resize"}, &tk); err == nil {
+			tk.Done(adaptive.Success)
+		}
+	}
+	want := `
+# HELP limits_admit_requests_total Requests by outcome, with the layer that decided it: allowed (layer all), exempt, or the reason of a refusal. request_timeout also counts requests allowed and cut short, and limiter_error every failed limiter call, including those the failure policy let through.
+# TYPE limits_admit_requests_total counter
+limits_admit_requests_total{layer="all",name="queue",outcome="allowed"} 1
+limits_admit_requests_total{layer="capacity",name="queue",outcome="request_timeout"} 0
+limits_admit_requests_total{layer="capacity",name="queue",outcome="server_busy"} 0
+limits_admit_requests_total{layer="concurrency",name="queue",outcome="concurrency_limited"} 0
+limits_admit_requests_total{layer="concurrency",name="queue",outcome="concurrency_table_full"} 0
+limits_admit_requests_total{layer="exempt",name="queue",outcome="exempt"} 0
+limits_admit_requests_total{layer="rate",name="queue",outcome="cost_above_burst"} 0
+limits_admit_requests_total{layer="rate",name="queue",outcome="invalid_cost"} 0
+limits_admit_requests_total{layer="rate",name="queue",outcome="limiter_error"} 0
+limits_admit_requests_total{layer="rate",name="queue",outcome="rate_limited"} 1
+limits_admit_requests_total{layer="rate",name="queue",outcome="table_full"} 0
+# HELP limits_gate_admitted_total Requests the gate let in.
+# TYPE limits_gate_admitted_total counter
+limits_gate_admitted_total{name="queue"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "limits_admit_requests_total", "limits_gate_admitted_total"); err != nil {
+		t.Error(err)
+	}
+	for metric, n := range map[string]int{
+		"limits_admit_policy_requests_total": 2 * 6, "limits_admit_policy_keys": 2, "limits_admit_route_requests_total": 2 * 11,
+	} {
+		if got, err := testutil.GatherAndCount(reg, metric); err != nil || got != n {
+			t.Errorf("%s: %d series, %v; want %d", metric, got, err, n)
+		}
+	}
+	if err := limitsprom.Register(reg, "queue", e); err == nil {
+		t.Error("the Engine twice under one name: no error")
+	}
+	// A Middleware is a front end of its own protocol: it may share a
+	// name with an Engine, but for their gates.
+	m, err := httplimit.New(httplimit.Config{Limits: admit.Config{Rate: limits.Limit{Events: 1, Period: time.Hour}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := limitsprom.Register(reg, "queue", m); err != nil {
+		t.Errorf("a Middleware without a gate under an Engine's name: %v", err)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*dto.MetricFamily{}
+	for _, f := range fams {
+		byName[f.GetName()] = f
+	}
+	promtest.CheckConventions(t, byName)
 	promtest.Lint(t, reg)
 }
 
@@ -324,7 +454,7 @@ func TestRegisterErrors(t *testing.T) {
 		t.Error("a second gate under the same name: no error")
 	}
 	// A middleware's gate takes the middleware's name among the gates.
-	m, _ := httplimit.New(httplimit.Config{MaxInFlight: 1})
+	m, _ := httplimit.New(httplimit.Config{Limits: admit.Config{MaxInFlight: 1}})
 	if err := limitsprom.Register(reg, "a", m); err == nil {
 		t.Error("a middleware with a gate under a gate's name: no error")
 	}
@@ -336,8 +466,14 @@ func TestRegisterErrors(t *testing.T) {
 		t.Errorf("a GCRA under a gate's name: %v", err)
 	}
 	for _, name := range []string{"", "\xff"} {
-		if err := limitsprom.Register(reg, name, limits.NewGCRA(1, time.Second)); err == nil {
-			t.Errorf("name %q: no error", name)
+		if err := limitsprom.Register(reg, name, limits.NewGCRA(1, time.Second)); err == nil || !strings.HasPrefix(err.Error(), "limitsprom: ") {
+			t.Errorf("name %q: error %v, want one of limitsprom", name, err)
+		}
+	}
+	for _, c := range []any{nil, (*limits.Gate)(nil), (*limits.GCRA)(nil), (*httplimit.Middleware)(nil), (*admit.Engine)(nil),
+		limits.Limit{Events: 1, Period: time.Second}, "api"} {
+		if err := limitsprom.Register(reg, "d", c); err == nil || !strings.HasPrefix(err.Error(), "limitsprom: ") {
+			t.Errorf("%T %v: error %v, want one of limitsprom", c, c, err)
 		}
 	}
 	if _, err := reg.Gather(); err != nil {
@@ -345,19 +481,29 @@ func TestRegisterErrors(t *testing.T) {
 	}
 }
 
-func TestNilComponent(t *testing.T) {
-	defer func() {
-		if recover() == nil {
-			t.Error("no panic")
-		}
-	}()
-	limitsprom.NewCollector("x", (*limits.Gate)(nil))
+// TestNewCollectorPanics checks that NewCollector panics for what
+// Register refuses as no component.
+func TestNewCollectorPanics(t *testing.T) {
+	for _, c := range []any{nil, (*limits.Gate)(nil), (*httplimit.Middleware)(nil), 42} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%T %v: no panic", c, c)
+				}
+			}()
+			limitsprom.NewCollector("x", c)
+		}()
+	}
 }
 
-// TestScrapeUnderLoad scrapes while requests flow and a route is added,
-// for the race detector, and checks that counters never go back.
+// TestScrapeUnderLoad scrapes while requests flow, for the race detector,
+// and checks that counters never go back.
 func TestScrapeUnderLoad(t *testing.T) {
-	m, err := httplimit.New(httplimit.Config{MaxInFlight: 4, Rate: limits.Limit{Events: 100, Period: time.Second}})
+	m, err := httplimit.New(httplimit.Config{Limits: admit.Config{
+		MaxInFlight: 4,
+		Rate:        limits.Limit{Events: 100, Period: time.Second},
+		Policies:    []admit.Policy{{Name: "items", Routes: []string{"/items/"}, Rate: limits.Limit{Events: 50, Period: time.Second}}},
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,37 +516,37 @@ func TestScrapeUnderLoad(t *testing.T) {
 	for w := range 4 {
 		wg.Go(func() {
 			for i := range 500 {
-				r := httptest.NewRequest(http.MethodGet, "/", nil)
+				r := httptest.NewRequest(http.MethodGet, []string{"/", "/items/1"}[i%2], nil)
 				r.RemoteAddr = netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(w*10 + i%10)}), 1).String()
 				h.ServeHTTP(httptest.NewRecorder(), r)
 			}
 		})
 	}
-	wg.Go(func() {
-		m.With(httplimit.Policy{Name: "late", Rate: limits.Limit{Events: 1, Period: time.Second}})
-	})
-	var last float64
+	last := map[string]float64{}
 	for range 20 {
 		fams, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)
 		}
-		var total float64
 		for _, f := range fams {
-			if f.GetName() == "limits_http_requests_total" {
-				for _, s := range f.GetMetric() {
-					total += s.GetCounter().GetValue()
-				}
+			if f.GetType() != dto.MetricType_COUNTER {
+				continue
 			}
+			total := 0.0
+			for _, s := range f.GetMetric() {
+				total += s.GetCounter().GetValue()
+			}
+			if total < last[f.GetName()] {
+				t.Errorf("%s went back from %v to %v", f.GetName(), last[f.GetName()], total)
+			}
+			last[f.GetName()] = total
 		}
-		if total < last {
-			t.Errorf("requests went back from %v to %v", last, total)
-		}
-		last = total
 	}
 	wg.Wait()
-	if n, _ := testutil.GatherAndCount(reg, "limits_http_requests_total"); n != 11 {
-		t.Errorf("%d series of requests, want 11", n)
+	for metric, want := range map[string]int{"limits_http_requests_total": 11, "limits_http_route_requests_total": 2 * 11} {
+		if n, _ := testutil.GatherAndCount(reg, metric); n != want {
+			t.Errorf("%s: %d series, want %d", metric, n, want)
+		}
 	}
 }
 
@@ -463,4 +609,42 @@ limits_gate_waited_total{name="ws"} 2
 			t.Error(err)
 		}
 	})
+}
+
+// TestTransport registers a client, an httplimit.Transport, and scrapes
+// its counters after a refusal that paused its key.
+func TestTransport(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/busy" {
+			w.Header().Set("Retry-After", "3600")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	defer srv.Close()
+	tr := &httplimit.Transport{}
+	reg := prometheus.NewPedanticRegistry()
+	if err := limitsprom.Register(reg, "upstream", tr); err != nil {
+		t.Fatal(err)
+	}
+	res, err := (&http.Client{Transport: tr}).Get(srv.URL + "/busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	want := `
+# HELP limits_http_client_paused_total Answers of the server that paused their key, until the time they gave.
+# TYPE limits_http_client_paused_total counter
+limits_http_client_paused_total{name="upstream"} 1
+# HELP limits_http_client_requests_total Requests given to the client.
+# TYPE limits_http_client_requests_total counter
+limits_http_client_requests_total{name="upstream"} 1
+# HELP limits_http_client_sent_total Requests sent to the server, retries included.
+# TYPE limits_http_client_sent_total counter
+limits_http_client_sent_total{name="upstream"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "limits_http_client_paused_total",
+		"limits_http_client_requests_total", "limits_http_client_sent_total"); err != nil {
+		t.Error(err)
+	}
+	promtest.Lint(t, reg)
 }

@@ -93,9 +93,27 @@
 // costs is bounded under-admission, at most (P+1)*slots + burst/8 for P
 // processes at any moment; see WithLeases.
 //
+// # Changing a limit
+//
+// SetLimit changes a GCRA's limit while it serves, by one rule: a key's
+// TAT is kept, so that under a stricter limit it waits longer, with an
+// exact RetryAfter, and no change hands out a fresh burst; counters keep
+// counting. The limit lives in each process: each process of a fleet
+// calls SetLimit itself, and while they disagree each decides by its own
+// on the one TAT per key. In lease mode the slots in hand go back to
+// Redis at the change.
+//
 // # Redis Cluster
 //
 // Each key goes to the slot of its own name by default; WithHashTag puts
 // all keys of one limiter in one slot, at the cost of putting all its load
 // on one node.
+//
+// # Calendar quotas
+//
+// NewQuota makes the calendar quota of package quota (so many events per
+// key per day, week or month in a time zone) for a fleet: one count per
+// key and period in Redis, expiring when the period ends, decided on the
+// server's clock with the decisions of a quota.Quota, RetryAfter exact to
+// the next period's start, days of 23 and 25 hours included.
 package redislimit

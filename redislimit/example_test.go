@@ -101,7 +101,7 @@ func ExampleOnError() {
 	d, err = open.AllowN(context.Background(), "alice", 11) // never allowed, Redis or not
 	fmt.Println(d.Allowed, d.Reason, err)
 	// Output:
-	// false unavailable true
+	// false limiter_error true
 	// {Answered:0 Errors:1 Fallbacks:0 Refunds:0 RefundErrors:0}
 	// true allowed <nil>
 	// false cost_above_burst <nil>

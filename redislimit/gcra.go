@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"net"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +26,9 @@ const DefaultPrefix = "limits:"
 // DefaultTimeout bounds each call to Redis unless WithTimeout says
 // otherwise, or the caller's context ends sooner.
 const DefaultTimeout = 100 * time.Millisecond
+
+// reasonAllowed is the Reason of an allowed request: the zero Reason.
+const reasonAllowed limits.Reason = 0
 
 // ErrUnavailable is wrapped by every error a GCRA returns: Redis gave no
 // decision, or applied no refund, because it could not be reached, did not
@@ -65,8 +70,13 @@ var ErrUnavailable = errors.New("redislimit: no decision from Redis")
 // burst*T, which the script never writes, comes from another writer or
 // from a server clock that went back: it is taken as now + burst*T, a key
 // that has just used its whole burst, and stored so, so that the key
-// recovers within burst*T like any other. A fraction not below den (stored
-// by a limiter with another limit) rounds the TAT up to the nanosecond.
+// recovers within burst*T like any other. After a change to a smaller
+// burst*T (SetLimit), a TAT written under the limit before may run up to
+// that limit's burst*T ahead: it is kept, and the key refused until it
+// owes no more than the new burst allows. A fraction not below den
+// (stored by a limiter with another limit) rounds the TAT up to the
+// nanosecond; one below it is read in this limit's units, within a
+// nanosecond of what its writer meant.
 //
 // Refund gives back a charge that a later check refused, as
 // limits.GCRA.Refund does, in one more script call: the part of the charge
@@ -86,10 +96,15 @@ var ErrUnavailable = errors.New("redislimit: no decision from Redis")
 // All methods are safe for concurrent use. The zero value is not usable;
 // call New.
 type GCRA struct {
-	client     redis.UniversalClient
-	p          gcra.Policy
-	den        string // p.Den in decimal, the scripts' first argument
-	dArgs      []any  // p.D as the scripts take it (timeArgs)
+	client redis.UniversalClient
+	lim    atomic.Pointer[limitState] // the limit in force
+	setMu  sync.Mutex                 // serializes SetLimit
+	// callMu is held for reading by each call whose arguments bound how
+	// far a TAT may run ahead (decisions, leases, refunds), from the
+	// loading of lim to the end of the call, and for writing by a SetLimit
+	// that raises D: no call with the old bound then runs after one of
+	// the new limit, which may write a TAT further ahead.
+	callMu     sync.RWMutex
 	prefix     string
 	timeout    time.Duration
 	policy     ErrorPolicy
@@ -97,13 +112,58 @@ type GCRA struct {
 	onError    func(error)
 	ctxAware   bool         // the client bounds its socket I/O by the context
 	dials      *dialWatch   // the client's failed dials, or nil
-	base       time.Time    // the origin of offset, read from the monotonic clock
+	base       time.Time    // the origin of offset and of the local clock, read from the monotonic clock
 	offset     atomic.Int64 // the server's clock minus the time since base, in ns, at the latest reply; unknown if math.MinInt64
-	unitArgs   []any        // script arguments for a charge of 1
-	peekArgs   []any        // for a look at a cost of 1
-	lookArgs   []any        // for a look at a cost of 0
 	statistics counters     // what Stats reports
-	leases     *leaseTable  // the lease mode's table, or nil without WithLeases
+
+	// The lease mode's settings and counters, shared by the lease tables
+	// of successive limits; leases is false without WithLeases.
+	leases                bool
+	leaseSlots, leaseKeys int
+	leaseStats            *leaseStats
+}
+
+// limitState is a GCRA's limit and what its calls need of it: the policy,
+// the scripts' arguments, and in lease mode the lease table, whose slots
+// are of this limit only. SetLimit replaces it whole.
+type limitState struct {
+	p gcra.Policy
+	// lead is p with the lead that keys charged under an earlier limit of
+	// a larger burst may have (gcra.Policy.Lead above D), which applies
+	// until the local clock (time since the GCRA's base) reaches until;
+	// until is 0 when no such keys may remain.
+	lead  gcra.Policy
+	until int64
+	den   string // p.Den in decimal, the scripts' first argument
+	dArgs []any  // p.D as the scripts take it (timeArgs)
+	// lArgs is lead.Lead as the scripts take it, nil without a lead.
+	lArgs []any
+	// Script arguments for a charge of 1, a look at a cost of 1 and one
+	// at 0, without the lead and with it.
+	unitArgs, peekArgs, lookArgs []any
+	unitLead, peekLead, lookLead []any
+	leases                       *leaseTable // the lease mode's table, or nil without WithLeases
+}
+
+// newLimitState returns the state of policy p; with a lead above p.D,
+// keys may run that far ahead until the local clock reaches until.
+func newLimitState(p gcra.Policy, lead gcra.Time, until int64) *limitState {
+	st := &limitState{p: p, lead: p, den: strconv.FormatUint(p.Den, 10), dArgs: timeArgs(nil, p.D)}
+	if gcra.Less(p.D, lead) {
+		st.lead.Lead, st.until, st.lArgs = lead, until, timeArgs(nil, lead)
+	}
+	st.unitArgs, st.peekArgs, st.lookArgs = st.args(1, true, false), st.args(1, false, false), st.args(0, false, false)
+	st.unitLead, st.peekLead, st.lookLead = st.args(1, true, true), st.args(1, false, true), st.args(0, false, true)
+	return st
+}
+
+// at reports whether the lead applies at now, on g's local clock, and
+// returns the policy to judge by: st.lead if it does, st.p if not.
+func (st *limitState) at(now int64) (*gcra.Policy, bool) {
+	if st.until != 0 && now < st.until {
+		return &st.lead, true
+	}
+	return &st.p, false
 }
 
 var _ limits.Limiter = (*GCRA)(nil)
@@ -127,7 +187,7 @@ const (
 	// unmetered, and the caller sees that Redis failed.
 	FailClosed ErrorPolicy = iota
 	// FailOpen lets requests through: AllowN returns a nil error and a
-	// Decision that has Allowed true, limits.ReasonAllowed, the GCRA's
+	// Decision that has Allowed true, reasonAllowed, the GCRA's
 	// Limit, Period and Burst, the Cost asked, and every other field 0, as
 	// nothing is known of the key: At is zero, and Refund knows from it
 	// that nothing was charged. Requests whose cost is negative or above
@@ -240,8 +300,8 @@ func WithErrorHandler(f func(error)) Option { return func(o *options) { o.onErro
 // however many GCRAs use it.
 //
 // New returns an error if limit, period or the burst is not positive, or
-// burst*T, the time to recover a full burst, exceeds about 73 years (these
-// wrap limits.ErrInvalidLimit), if the timeout is not positive, or if a
+// burst*T, the time to recover a full burst, exceeds about 73 years, if
+// the timeout is not positive, or if a
 // hash tag is asked for with an empty prefix or one containing braces. It
 // panics if client is nil, a programming error.
 func New(client redis.UniversalClient, limit int, period time.Duration, opts ...Option) (*GCRA, error) {
@@ -255,7 +315,7 @@ func New(client redis.UniversalClient, limit int, period time.Duration, opts ...
 	p, err := gcra.New(limit, period, o.burst)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("redislimit: %w: %s", limits.ErrInvalidLimit, err)
+		return nil, fmt.Errorf("redislimit: invalid limit: %s", err)
 	case o.timeout <= 0:
 		return nil, fmt.Errorf("redislimit: timeout must be > 0, got %v", o.timeout)
 	case o.hashTag && (o.prefix == "" || strings.ContainsAny(o.prefix, "{}")):
@@ -272,9 +332,6 @@ func New(client redis.UniversalClient, limit int, period time.Duration, opts ...
 	}
 	g := &GCRA{
 		client:   client,
-		p:        p,
-		den:      strconv.FormatUint(p.Den, 10),
-		dArgs:    timeArgs(nil, p.D),
 		prefix:   o.prefix,
 		timeout:  o.timeout,
 		policy:   o.policy,
@@ -285,18 +342,31 @@ func New(client redis.UniversalClient, limit int, period time.Duration, opts ...
 	}
 	g.ctxAware = honorsContext(client) || g.dials.diverts()
 	g.offset.Store(math.MinInt64)
-	g.unitArgs = g.args(1, true)
-	g.peekArgs = g.args(1, false)
-	g.lookArgs = g.args(0, false)
+	st := newLimitState(p, p.D, 0)
 	if o.leases {
-		keys := o.leaseKeys
-		if keys == 0 {
-			keys = DefaultLeaseKeys
+		g.leases, g.leaseSlots, g.leaseKeys, g.leaseStats = true, o.leaseSlots, o.leaseKeys, &leaseStats{}
+		if g.leaseKeys == 0 {
+			g.leaseKeys = DefaultLeaseKeys
 		}
-		g.leases = newLeaseTable(&g.p, o.leaseSlots, keys, func() int64 { return int64(time.Since(g.base)) }, redisLeases{g})
-		g.leases.async = func(f func()) { go f() } // a lease taken ahead ends within the timeout
+		st.leases = g.newLeases(st, nil)
 	}
+	g.lim.Store(st)
 	return g, nil
+}
+
+// clock returns g's local clock: the time since g.base, in ns.
+func (g *GCRA) clock() int64 { return int64(time.Since(g.base)) }
+
+// newLeases returns the lease table of the limit st; prev is the table of
+// the limit before, or nil.
+func (g *GCRA) newLeases(st *limitState, prev *leaseTable) *leaseTable {
+	t := newLeaseTable(&st.p, g.leaseSlots, g.leaseKeys, g.clock, redisLeases{g, st})
+	t.stats = g.leaseStats
+	t.async = func(f func()) { go f() } // a lease taken ahead ends within the timeout
+	if prev != nil {
+		t.rtt.Store(prev.rtt.Load()) // the calls take as long as before
+	}
+	return t
 }
 
 // honorsContext reports whether c bounds its socket reads and writes by the
@@ -312,34 +382,39 @@ func honorsContext(c redis.UniversalClient) bool {
 }
 
 // args returns the decision script's arguments for a request of cost n,
-// 0 <= n <= burst, charged if charge is true and n > 0.
-func (g *GCRA) args(n int, charge bool) []any {
+// 0 <= n <= burst, charged if charge is true and n > 0; with lead, and a
+// lead above D, the lead too.
+func (st *limitState) args(n int, charge, lead bool) []any {
 	flag := "0"
 	if charge && n > 0 {
 		flag = "1"
 	}
-	c := g.p.Cost(n)
-	args := make([]any, 0, 8)
-	args = append(args, flag, strconv.FormatInt(c.NS/1e9, 10), strconv.FormatInt(c.NS%1e9, 10), g.dArgs[0], g.dArgs[1])
-	if g.p.Den == 1 {
+	c := st.p.Cost(n)
+	args := make([]any, 0, 11)
+	args = append(args, flag, strconv.FormatInt(c.NS/1e9, 10), strconv.FormatInt(c.NS%1e9, 10), st.dArgs[0], st.dArgs[1])
+	if st.p.Den == 1 && !(lead && st.lArgs != nil) {
 		return args
 	}
-	return append(args, g.den, strconv.FormatUint(c.Frac, 10), g.dArgs[2])
+	args = append(args, st.den, strconv.FormatUint(c.Frac, 10), st.dArgs[2])
+	if lead && st.lArgs != nil {
+		args = append(args, st.lArgs...)
+	}
+	return args
 }
 
 // Limit returns the events allowed per period.
-func (g *GCRA) Limit() int { return g.p.Limit }
+func (g *GCRA) Limit() int { return g.lim.Load().p.Limit }
 
 // Period returns the period of the limit.
-func (g *GCRA) Period() time.Duration { return g.p.Period }
+func (g *GCRA) Period() time.Duration { return g.lim.Load().p.Period }
 
 // Burst returns the most unit requests a key may make at once.
-func (g *GCRA) Burst() int { return g.p.Burst }
+func (g *GCRA) Burst() int { return g.lim.Load().p.Burst }
 
 // EmissionInterval returns T, the time one unit request costs: the period
 // divided by the limit, rounded up to a whole nanosecond. Decisions use T
 // exactly, as a fraction of a nanosecond.
-func (g *GCRA) EmissionInterval() time.Duration { return time.Duration(gcra.Ceil(g.p.T)) }
+func (g *GCRA) EmissionInterval() time.Duration { return time.Duration(gcra.Ceil(g.lim.Load().p.T)) }
 
 // Key returns the name of the Redis key that holds key's state.
 func (g *GCRA) Key(key string) string { return g.prefix + key }
@@ -365,19 +440,25 @@ func (g *GCRA) Allow(ctx context.Context, key string) (limits.Decision, error) {
 // process is decided from the slots in hand, without a call, as
 // WithLeases describes.
 func (g *GCRA) AllowN(ctx context.Context, key string, n int) (limits.Decision, error) {
-	if g.leases != nil {
-		if n >= 1 && n <= g.p.Burst {
-			return g.leases.take(ctx, key, n)
+	for g.leases {
+		st := g.lim.Load()
+		if n >= 1 && n <= st.p.Burst {
+			d, err := st.leases.take(ctx, key, n)
+			if err == errRetired {
+				continue // SetLimit replaced the table meanwhile
+			}
+			return d, err
 		}
-		if d, ok := g.leases.look(key, n, costReason(n, g.p.Burst)); ok {
+		if d, ok := st.leases.look(key, n, costReason(n, st.p.Burst)); ok {
 			return d, nil
 		}
+		break
 	}
 	return g.decide(ctx, key, n, true)
 }
 
 // costReason returns the refusal a request of cost n gets whatever the
-// key's state, or ReasonAllowed.
+// key's state, or the zero Reason (allowed).
 func costReason(n, burst int) limits.Reason {
 	switch {
 	case n < 0:
@@ -385,7 +466,7 @@ func costReason(n, burst int) limits.Reason {
 	case n > burst:
 		return limits.ReasonCostAboveBurst
 	}
-	return limits.ReasonAllowed
+	return reasonAllowed
 }
 
 // Take is AllowN, for the limits.Limiter interface.
@@ -396,8 +477,8 @@ func (g *GCRA) Take(ctx context.Context, key string, n int) (limits.Decision, er
 // Peek reports what Allow would decide for key now, without charging
 // anything. The failure policies apply as for AllowN.
 func (g *GCRA) Peek(ctx context.Context, key string) (limits.Decision, error) {
-	if g.leases != nil {
-		if d, ok := g.leases.look(key, 1, limits.ReasonAllowed); ok {
+	if g.leases {
+		if d, ok := g.lim.Load().leases.look(key, 1, reasonAllowed); ok {
 			return d, nil
 		}
 	}
@@ -415,7 +496,10 @@ func (g *GCRA) Peek(ctx context.Context, key string) (limits.Decision, error) {
 // charge's time has passed, nothing is owed and nothing is given back. A
 // charge must be refunded once: a second refund gives back nothing more if
 // nothing came in between, but may otherwise. The key is stored again with
-// the expiry its new TAT calls for, or deleted if it owes nothing.
+// the expiry its new TAT calls for, or deleted if it owes nothing. A
+// Decision made before a change of limit (SetLimit) gives back its charge
+// at the limit it was made under, which it carries in its Limit, Period
+// and Burst.
 //
 // Refund does nothing and returns nil for a refused Decision, one of cost
 // 0, one that charged nothing anywhere (the FailOpen answer, whose At is
@@ -437,7 +521,7 @@ func (g *GCRA) Peek(ctx context.Context, key string) (limits.Decision, error) {
 // refund run in time whose reply came late: Refund then returns an error,
 // and Redis has applied it.
 func (g *GCRA) Refund(ctx context.Context, key string, d limits.Decision) error {
-	if !d.Allowed || d.Cost <= 0 || d.Cost > g.p.Burst || d.At.IsZero() {
+	if !d.Allowed || d.Cost <= 0 || d.Cost > d.Burst || d.At.IsZero() {
 		return nil
 	}
 	if d.At != d.At.Round(0) { // a monotonic reading: made in this process
@@ -446,41 +530,22 @@ func (g *GCRA) Refund(ctx context.Context, key string, d limits.Decision) error 
 		}
 		return nil
 	}
-	if g.leases != nil {
-		if g.leases.refund(key, d) {
+	st := g.lim.Load()
+	dp, ok := st.policyOf(d)
+	if !ok {
+		return nil // none of a GCRA's decisions
+	}
+	if g.leases {
+		if dp == &st.p && st.leases.refund(key, d) {
 			return nil
 		}
-		// Made by Redis: given back only if nothing was charged since.
+		// Made by Redis, or from the slots of a limit since replaced:
+		// given back only if nothing was charged since.
 		top := gcra.Time{NS: d.At.UnixNano() + int64(max(d.ResetAfter, 0))}
-		_, err := redisLeases{g}.giveBack(ctx, key, top, d.Cost, true)
+		_, err := g.giveBack(ctx, key, dp, top, d.Cost, true)
 		return err
 	}
-	// The key's TAT just after the charge, rounded up to the nanosecond,
-	// in seconds and nanoseconds since the Unix epoch.
-	reset := max(d.ResetAfter, 0)
-	s, ns := d.At.Unix()+int64(reset/time.Second), int64(d.At.Nanosecond())+int64(reset%time.Second)
-	if ns >= 1e9 {
-		s, ns = s+1, ns-1e9
-	}
-	args := make([]any, 0, 11)
-	args = append(args, g.den, strconv.FormatInt(s, 10), strconv.FormatInt(ns, 10))
-	args = timeArgs(args, g.p.Cost(d.Cost))
-	args = append(args, g.dArgs...)
-	ctx, cancel := g.bound(ctx)
-	defer cancel()
-	// The deadline on the server's clock, a little early, so that a
-	// script run after its caller gave up gives nothing back.
-	deadline, off := "", ""
-	if end, ok := ctx.Deadline(); ok && g.offset.Load() != math.MinInt64 {
-		at := g.offset.Load() + int64(end.Sub(g.base)) // offset is never unknown again
-		deadline, off = strconv.FormatInt(at/1e9, 10), strconv.FormatInt(at%1e9/1e3, 10)
-	}
-	args = append(args, deadline, off)
-	r, err := g.call(ctx, returnScript, g.prefix+key, args)
-	if err == nil && r.flag == 2 {
-		err = errLate
-	}
-	if err != nil {
+	if err := g.refund(ctx, key, d, dp); err != nil {
 		g.statistics.refundErrs.Add(1)
 		g.statistics.failure(err)
 		err = fmt.Errorf("%w: refund not applied: %w", ErrUnavailable, err)
@@ -493,9 +558,161 @@ func (g *GCRA) Refund(ctx context.Context, key string, d limits.Decision) error 
 	return nil
 }
 
+// policyOf returns the policy of the limit d was made under: st's, or
+// one before it; false if d's limit is not valid.
+func (st *limitState) policyOf(d limits.Decision) (*gcra.Policy, bool) {
+	if d.Limit == st.p.Limit && d.Period == st.p.Period && d.Burst == st.p.Burst {
+		return &st.p, true
+	}
+	p, err := gcra.New(d.Limit, d.Period, d.Burst)
+	return &p, err == nil
+}
+
+// refund runs the refund script for d, made under the policy dp, at the
+// limit in force.
+func (g *GCRA) refund(ctx context.Context, key string, d limits.Decision, dp *gcra.Policy) error {
+	g.callMu.RLock()
+	defer g.callMu.RUnlock()
+	st := g.lim.Load()
+	// The key's TAT just after the charge, rounded up to the nanosecond,
+	// in seconds and nanoseconds since the Unix epoch.
+	reset := max(d.ResetAfter, 0)
+	s, ns := d.At.Unix()+int64(reset/time.Second), int64(d.At.Nanosecond())+int64(reset%time.Second)
+	if ns >= 1e9 {
+		s, ns = s+1, ns-1e9
+	}
+	// The charge, in the units of the limit in force, rounded down; and
+	// how far a key's TAT may run ahead, which the script takes as a
+	// decision takes it.
+	cost := convertDown(dp.Cost(d.Cost), dp.Den, st.p.Den)
+	p, _ := st.at(g.clock())
+	args := make([]any, 0, 11)
+	args = append(args, st.den, strconv.FormatInt(s, 10), strconv.FormatInt(ns, 10))
+	args = timeArgs(args, cost)
+	args = timeArgs(args, p.Lead)
+	ctx, cancel := g.bound(ctx)
+	defer cancel()
+	// The deadline on the server's clock, a little early, so that a
+	// script run after its caller gave up gives nothing back.
+	deadline, off := "", ""
+	if end, ok := ctx.Deadline(); ok && g.offset.Load() != math.MinInt64 {
+		at := g.offset.Load() + int64(end.Sub(g.base)) // offset is never unknown again
+		deadline, off = strconv.FormatInt(at/1e9, 10), strconv.FormatInt(at%1e9/1e3, 10)
+	}
+	args = append(args, deadline, off)
+	r, err := g.call(ctx, returnScript, g.prefix+key, args, p)
+	if err == nil && r.flag == 2 {
+		err = errLate
+	}
+	return err
+}
+
+// convertDown returns t, a time in units of a nanosecond cut into from, in
+// units of a nanosecond cut into to, rounded down.
+func convertDown(t gcra.Time, from, to uint64) gcra.Time {
+	if from == to || t.Frac == 0 {
+		return t
+	}
+	hi, lo := bits.Mul64(t.Frac, to)
+	q, _ := bits.Div64(hi, lo, from) // hi < from, as Frac < from
+	return gcra.Time{NS: t.NS, Frac: q}
+}
+
 // errLate reports a refund that reached Redis after its deadline, and
 // gave nothing back.
 var errLate = errors.New("the refund reached Redis after its deadline")
+
+// SetLimit changes g's limit to limit events per period, in bursts of
+// burst (0 means limit), for every key at once: the decisions g makes
+// after it apply the new limit, those before it the old. Each key keeps
+// its TAT in Redis, so that no change hands out a fresh burst: under a
+// stricter limit a key that owes more than the new burst allows is
+// refused, with the exact RetryAfter, until it owes the new burst less
+// the request's cost, and under a looser one it gains only the room the
+// new limit adds. For as long as keys charged under the old limit may run
+// further ahead than the new burst*T (the old burst*T, and the timeout
+// for calls in flight), the scripts are told how far they may, and keep
+// such a TAT rather than take it as a foreign write (see GCRA). A change
+// to a larger burst*T waits for the calls in flight with the old limit to
+// end, within the timeout, and holds new calls meanwhile: such a call
+// would take a TAT the new limit wrote as a foreign write, and lower it.
+// Refunds of decisions made before the change give back what those
+// decisions charged, at the old emission interval.
+//
+// In lease mode the slots in hand were leased at the old emission
+// interval: SetLimit gives them back to Redis, as ReturnLeases does,
+// within the timeout, and g leases anew at the new limit; slots leased by
+// calls in flight at the change are given back as their replies come.
+// Slots Redis does not take back (their key was charged since) are
+// dropped; LeaseStats.Returned counts both. No slot of the old limit is
+// spent once SetLimit has returned. A decision made from the slots in
+// hand before the change and refunded after it is given back in Redis if
+// nothing was charged for its key since, as a decision Redis made is,
+// and stays charged otherwise. WithLeases says what the fleet's
+// admissions conform to across a change.
+//
+// Under the fallback policy, the fallback GCRA gets the same SetLimit;
+// one given a share of the fleet's limit is given its new share by its
+// own SetLimit after this one.
+//
+// The limit is each process's, not Redis's: each process of a fleet calls
+// SetLimit itself. While they disagree, each decides by its own limit on
+// the one TAT per key that Redis keeps, so that the fleet admits up to
+// what the looser limit allows; and a process whose burst*T is the
+// smaller takes a TAT running further ahead than it, once keys charged
+// before its own change can no longer run that far, as a foreign write: a
+// key that has just used its full burst.
+//
+// It returns an error, and changes nothing, for a limit New would refuse.
+// It is safe for concurrent use with every other method.
+func (g *GCRA) SetLimit(limit int, period time.Duration, burst int) error {
+	if burst == 0 {
+		burst = limit
+	}
+	p, err := gcra.New(limit, period, burst)
+	if err != nil {
+		return fmt.Errorf("redislimit: invalid limit: %s", err)
+	}
+	g.setMu.Lock()
+	defer g.setMu.Unlock()
+	if g.fallback != nil {
+		if err := g.fallback.SetLimit(limit, period, burst); err != nil {
+			return fmt.Errorf("redislimit: %w", err)
+		}
+	}
+	old := g.lim.Load()
+	// Keys charged before may run as far ahead as the old limit let
+	// them (its lead, at most, while it lasts): until they can no longer,
+	// the new limit keeps their lead rather than take it as its burst.
+	now := g.clock()
+	op, _ := old.at(now)
+	lead := p.Convert(op.Lead, op.Den)
+	st := newLimitState(p, lead, now+gcra.Ceil(lead)+int64(g.timeout))
+	if g.leases {
+		st.leases = g.newLeases(st, old.leases)
+	}
+	// A call in flight with the old limit's arguments takes a TAT further
+	// ahead than the old D (or lead) as a foreign write, and lowers it: a
+	// larger D waits for those calls to end, and holds new ones meanwhile.
+	raise := gcra.Less(convertDown(old.p.D, old.p.Den, p.Den), p.D)
+	if raise {
+		g.callMu.Lock()
+	}
+	g.lim.Store(st)
+	var runs []leaseReturn
+	if old.leases != nil {
+		runs = old.leases.retire()
+	}
+	if raise {
+		g.callMu.Unlock()
+	}
+	if len(runs) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+		old.leases.giveBackRuns(ctx, runs)
+		cancel()
+	}
+	return nil
+}
 
 // Reset forgets key's state in Redis, so that its next request finds its
 // full burst: to unblock a client by hand, say. It deletes the key's Redis
@@ -517,46 +734,62 @@ func (g *GCRA) Reset(ctx context.Context, key string) error {
 // decide makes the decision for a request of cost n, charged if charge is
 // true.
 func (g *GCRA) decide(ctx context.Context, key string, n int, charge bool) (limits.Decision, error) {
+	g.callMu.RLock()
+	st := g.lim.Load()
+	p, lead := st.at(g.clock())
 	var reason limits.Reason // for costs no wait can cure
 	switch {
 	case n < 0:
 		reason = limits.ReasonInvalidCost
-	case n > g.p.Burst:
+	case n > p.Burst:
 		reason = limits.ReasonCostAboveBurst
 	}
 	cost := n
-	args := g.lookArgs
+	args := st.lookArgs
 	switch {
-	case reason != limits.ReasonAllowed:
+	case reason != reasonAllowed:
 		cost = 0 // report the key's state, as limits.GCRA does
+		if lead {
+			args = st.lookLead
+		}
 	case n == 0:
+		if lead {
+			args = st.lookLead
+		}
 	case n == 1 && charge:
-		args = g.unitArgs
+		args = st.unitArgs
+		if lead {
+			args = st.unitLead
+		}
 	case n == 1:
-		args = g.peekArgs
+		args = st.peekArgs
+		if lead {
+			args = st.peekLead
+		}
 	default:
-		args = g.args(n, charge)
+		args = st.args(n, charge, lead)
 	}
 	ctx, cancel := g.bound(ctx)
-	r, err := g.call(ctx, decideScript, g.prefix+key, args)
+	r, err := g.call(ctx, decideScript, g.prefix+key, args, p)
 	cancel()
+	g.callMu.RUnlock()
 	if err != nil {
-		return g.failed(key, n, charge, reason, err)
+		return g.failed(st, key, n, charge, reason, err)
 	}
 	g.statistics.answered.Add(1)
-	res := g.p.Report(r.flag == 1, r.ahead, cost)
+	res := p.Report(r.flag == 1, r.ahead, cost)
 	dec := limits.Decision{
 		Allowed:    res.Allowed,
-		Limit:      g.p.Limit,
-		Period:     g.p.Period,
-		Burst:      g.p.Burst,
+		Limit:      p.Limit,
+		Period:     p.Period,
+		Burst:      p.Burst,
 		Cost:       n,
 		Remaining:  res.Remaining,
 		ResetAfter: res.ResetAfter,
 		At:         r.now,
 	}
 	switch {
-	case reason != limits.ReasonAllowed:
+	case reason != reasonAllowed:
 		dec.Allowed, dec.Reason = false, reason
 	case !res.Allowed:
 		dec.Reason, dec.RetryAfter = limits.ReasonRateLimited, res.RetryAfter
@@ -572,9 +805,10 @@ func (g *GCRA) bound(ctx context.Context) (context.Context, context.CancelFunc) 
 	return ctx, func() {}
 }
 
-// call runs script s for the Redis key rkey, within
-// ctx, which bound has bounded, and checks its reply.
-func (g *GCRA) call(ctx context.Context, s *redis.Script, rkey string, args []any) (reply, error) {
+// call runs script s for the Redis key rkey, within ctx, which bound has
+// bounded, and checks its reply: how far the key runs ahead, in p's
+// units, at most p.Lead.
+func (g *GCRA) call(ctx context.Context, s *redis.Script, rkey string, args []any, p *gcra.Policy) (reply, error) {
 	start := time.Now()
 	var r reply
 	var err error
@@ -585,8 +819,8 @@ func (g *GCRA) call(ctx context.Context, s *redis.Script, rkey string, args []an
 	}
 	g.statistics.observe(time.Since(start))
 	if err == nil {
-		if r.ahead.NS < 0 || gcra.Less(g.p.D, r.ahead) || r.ahead.Frac >= g.p.Den {
-			err = fmt.Errorf("%w: the key runs %d+%d/%dns ahead", errReply, r.ahead.NS, r.ahead.Frac, g.p.Den)
+		if r.ahead.NS < 0 || gcra.Less(p.Lead, r.ahead) || r.ahead.Frac >= p.Den {
+			err = fmt.Errorf("%w: the key runs %d+%d/%dns ahead", errReply, r.ahead.NS, r.ahead.Frac, p.Den)
 			return r, err
 		}
 		// The server read its clock before the reply came: this offset
@@ -651,14 +885,14 @@ func (g *GCRA) callAsync(ctx context.Context, s *redis.Script, rkey string, args
 // failed applies the failure policy to a request Redis did not decide.
 // reason is the refusal a negative cost or one above the burst gets
 // whatever Redis says.
-func (g *GCRA) failed(key string, n int, charge bool, reason limits.Reason, err error) (limits.Decision, error) {
+func (g *GCRA) failed(st *limitState, key string, n int, charge bool, reason limits.Reason, err error) (limits.Decision, error) {
 	g.statistics.errs.Add(1)
 	g.statistics.failure(err)
 	err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 	if g.onError != nil {
 		g.onError(err)
 	}
-	dec := limits.Decision{Limit: g.p.Limit, Period: g.p.Period, Burst: g.p.Burst, Cost: n, Reason: reason}
+	dec := limits.Decision{Limit: st.p.Limit, Period: st.p.Period, Burst: st.p.Burst, Cost: n, Reason: reason}
 	switch g.policy {
 	case fallback:
 		g.statistics.fallbacks.Add(1)
@@ -667,10 +901,10 @@ func (g *GCRA) failed(key string, n int, charge bool, reason limits.Reason, err 
 		}
 		return g.fallback.AllowN(key, n), nil
 	case FailOpen:
-		dec.Allowed = reason == limits.ReasonAllowed
+		dec.Allowed = reason == reasonAllowed
 		return dec, nil
 	}
-	if reason == limits.ReasonAllowed {
+	if reason == reasonAllowed {
 		dec.Reason = limits.ReasonUnavailable
 	}
 	return dec, err

@@ -7,6 +7,7 @@ package redislimit
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"slices"
@@ -129,6 +130,25 @@ const sweepProbes = 8
 // otherwise the charge stays, towards owing more. So refunds are exact in
 // any order for a lease's decisions, and last in, first out for Redis's.
 //
+// A change of limit (SetLimit) gives the slots in hand back to Redis and
+// leases anew at the new limit, so that no slot leased at one emission
+// interval is spent as one of another; the decisions made from them
+// before the change are then refunded as Redis's are. The key's TAT is
+// kept, so the new limit's slots come after every slot spent before the
+// change: each admission, local or by Redis, still takes a part of the
+// key's timeline of its own, its cost times the T of the limit it was
+// made under, ending no later than that limit's burst*T after the
+// admission. Hence, with every process of the fleet changed, the
+// admissions of any interval of length d weigh, each its cost times its
+// limit's T, at most d + D + the weight of one of them, where D is the
+// burst*T of the limit whose part of the timeline ends last: the new
+// limit's, for an interval that ends with its admissions. What was
+// admitted before the change counts, at the old T, against the new
+// limit; an interval after the change (and the calls in flight at it)
+// conforms to the new limit alone, at most burst + d/T + 1. Slots Redis
+// does not take back at a change, at most a lease per process, add to
+// the under-admission, and so does the room the old limit's skips held.
+//
 // When Redis is down or does not answer, decisions from the slots in hand
 // go on until they are spent or expire (within burst*T); after that each
 // decision is a call, and the failure policy applies when it fails, within
@@ -177,10 +197,10 @@ type LeaseStats struct {
 	// Expired counts the slots dropped unspent when their time passed:
 	// the under-admission.
 	Expired uint64
-	// Returned counts the slots given back to Redis by ReturnLeases, or
-	// dropped by it: when Redis had charged the key since, and the slots
-	// refunds put back in hand below slots still spent, which Redis could
-	// take back only with those.
+	// Returned counts the slots given back to Redis by ReturnLeases or
+	// SetLimit, or dropped by them: when Redis had charged the key since,
+	// and the slots refunds put back in hand below slots still spent,
+	// which Redis could take back only with those.
 	Returned uint64
 	// Local counts the decisions made without a call: from the slots in
 	// hand, and the refusals while Redis had granted none.
@@ -233,13 +253,20 @@ type leaseTable struct {
 	// async runs a lease call taken ahead, with the shard's lock not
 	// held: on a goroutine of its own for Redis; nil runs it at once, on
 	// the caller's goroutine (the model of the tests).
-	async  func(func())
-	seed   maphash.Seed
-	count  atomic.Int64 // entries
-	rtt    atomic.Int64 // how long calls take, in ns: a moving average, quicker to rise than to fall
-	stats  leaseStats
-	shards [leaseShards]leaseShard
+	async func(func())
+	seed  maphash.Seed
+	count atomic.Int64 // entries
+	rtt   atomic.Int64 // how long calls take, in ns: a moving average, quicker to rise than to fall
+	stats *leaseStats  // shared with the tables of the GCRA's other limits
+	// retired is set when the table's limit was replaced (retire): it
+	// decides nothing more, and its slots have gone back to Redis.
+	retired atomic.Bool
+	shards  [leaseShards]leaseShard
 }
+
+// errRetired is take's answer once the table is retired: the caller asks
+// the table of the limit in force.
+var errRetired = errors.New("redislimit: the lease table's limit was replaced")
 
 type leaseShard struct {
 	mu sync.Mutex
@@ -327,7 +354,7 @@ type leaseCall struct {
 }
 
 func newLeaseTable(p *gcra.Policy, slots, keys int, clock func() int64, b leaseBackend) *leaseTable {
-	t := &leaseTable{p: p, slots: min(slots, p.Burst), keys: keys, dNS: p.D.NS, maxSkip: p.D.NS / 8, clock: clock, b: b, seed: maphash.MakeSeed()}
+	t := &leaseTable{p: p, slots: min(slots, p.Burst), keys: keys, dNS: p.D.NS, maxSkip: p.D.NS / 8, clock: clock, b: b, seed: maphash.MakeSeed(), stats: &leaseStats{}}
 	for i := range t.shards {
 		t.shards[i].m = make(map[string]*leaseEntry)
 	}
@@ -482,6 +509,10 @@ func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decisi
 	for {
 		now := t.clock()
 		s.mu.Lock()
+		if t.retired.Load() {
+			s.mu.Unlock()
+			return limits.Decision{}, errRetired
+		}
 		e := t.entry(s, key, now)
 		if e == nil {
 			s.mu.Unlock()
@@ -521,7 +552,7 @@ func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decisi
 			s.mu.Unlock()
 			select {
 			case <-c.done:
-				if c.err != nil {
+				if c.err != nil && c.err != errRetired {
 					return t.b.failed(key, n, c.err)
 				}
 				continue
@@ -568,12 +599,24 @@ func (t *leaseTable) take(ctx context.Context, key string, n int) (limits.Decisi
 		e.fetch = nil
 		c.err = err
 		close(c.done)
+		if err == errRetired {
+			s.mu.Unlock()
+			return limits.Decision{}, errRetired
+		}
 		if err != nil {
 			s.mu.Unlock()
 			return t.b.failed(key, n, err)
 		}
 		t.took(recv - sent)
-		switch run := t.granted(r, sent, recv); {
+		run := t.granted(r, sent, recv)
+		if t.retired.Load() {
+			// Leased at the limit SetLimit replaced meanwhile, after it
+			// took back the slots in hand: these go back too.
+			s.mu.Unlock()
+			t.giveBackRun(ctx, key, run)
+			return limits.Decision{}, errRetired
+		}
+		switch {
 		case e.next > e.end:
 			t.begin(e, run)
 		case run.k > 0:
@@ -660,6 +703,12 @@ func (t *leaseTable) fetchAhead(s *leaseShard, e *leaseEntry, key string, c *lea
 	s.mu.Lock()
 	e.fetch = nil
 	c.err = err
+	if err == errRetired {
+		// Not leased: the table's limit was replaced.
+		s.mu.Unlock()
+		close(c.done)
+		return
+	}
 	if err != nil {
 		e.full = false
 		t.stats.aheadErrs.Add(1)
@@ -670,16 +719,36 @@ func (t *leaseTable) fetchAhead(s *leaseShard, e *leaseEntry, key string, c *lea
 		close(c.done)
 		return
 	}
-	defer s.mu.Unlock()
 	close(c.done)
 	t.took(recv - sent)
 	e.full = r.k == want
 	if r.k == 0 {
+		s.mu.Unlock()
 		return
 	}
 	t.stats.ahead.Add(1)
-	e.queued = t.granted(r, sent, recv)
+	run := t.granted(r, sent, recv)
+	if t.retired.Load() {
+		// Leased at a limit SetLimit replaced meanwhile: given back.
+		s.mu.Unlock()
+		t.giveBackRun(context.Background(), key, run)
+		return
+	}
+	e.queued = run
 	t.dropExpired(e, t.clock()) // begins the run if the one before is spent
+	s.mu.Unlock()
+}
+
+// giveBackRun gives back to Redis the run r of key's slots, leased by a
+// call that was in flight when the table was retired, and counts its
+// slots returned.
+func (t *leaseTable) giveBackRun(ctx context.Context, key string, r leaseRun) {
+	if r.k == 0 {
+		return
+	}
+	t.stats.returned.Add(uint64(r.k))
+	t.stats.unspent.Add(-int64(r.k))
+	t.b.giveBack(ctx, key, t.p.Add(r.base, t.p.Cost(r.k)), r.k, false)
 }
 
 // spend admits a request of cost n, which e serves, from the slots in
@@ -761,7 +830,7 @@ func (t *leaseTable) refusal(e *leaseEntry, n int, now int64) limits.Decision {
 // look answers a request of cost n that charges nothing, for a key this
 // process holds a lease of, from what the process knows: reason is the
 // refusal of a cost no wait cures (negative or above the burst), or
-// ReasonAllowed for cost 0 and a Peek. It returns false, to ask Redis,
+// the zero Reason (allowed) for cost 0 and a Peek. It returns false, to ask Redis,
 // for a key with no lease.
 func (t *leaseTable) look(key string, n int, reason limits.Reason) (limits.Decision, bool) {
 	s := &t.shards[maphash.String(t.seed, key)%leaseShards]
@@ -769,7 +838,7 @@ func (t *leaseTable) look(key string, n int, reason limits.Reason) (limits.Decis
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.m[key]
-	if e == nil || e.recv == 0 {
+	if e == nil || e.recv == 0 || t.retired.Load() {
 		return limits.Decision{}, false
 	}
 	t.dropExpired(e, now)
@@ -779,7 +848,7 @@ func (t *leaseTable) look(key string, n int, reason limits.Reason) (limits.Decis
 		Remaining: t.p.Report(true, ahead, 0).Remaining, ResetAfter: time.Duration(gcra.Ceil(ahead)), At: e.serverTime(now),
 	}
 	switch {
-	case reason != limits.ReasonAllowed:
+	case reason != reasonAllowed:
 		d.Allowed, d.Reason = false, reason
 	case n > 0 && e.held() < n && now < t.until(e, t.grant(n)):
 		d.Allowed, d.Reason, d.RetryAfter = false, limits.ReasonRateLimited, time.Duration(max(t.until(e, t.grant(n))-now, 1))
@@ -803,7 +872,7 @@ func (t *leaseTable) refund(key string, d limits.Decision) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.m[key]
-	if e == nil || e.recv == 0 {
+	if e == nil || e.recv == 0 || t.retired.Load() {
 		return false
 	}
 	charged := d.At.UnixNano() + int64(d.ResetAfter)
@@ -888,14 +957,33 @@ func (t *leaseTable) giveBack(e *leaseEntry, base gcra.Time, c, n int, now int64
 	}
 }
 
+// leaseReturn is a run of slots in hand to give back to Redis: the n
+// slots of key up to top.
+type leaseReturn struct {
+	key string
+	top gcra.Time
+	n   int
+}
+
 // giveBackAll returns every run of slots in hand to Redis.
 func (t *leaseTable) giveBackAll(ctx context.Context) (int, error) {
-	type run struct {
-		key string
-		top gcra.Time
-		n   int
-	}
-	var runs []run
+	return t.giveBackRuns(ctx, t.collect())
+}
+
+// retire stops t deciding, for a limit that replaces t's, and returns its
+// runs of slots in hand, to give back to Redis with giveBackRuns. A
+// decision made from t's slots holds its shard's lock, so that none is
+// made once retire has passed its shard.
+func (t *leaseTable) retire() []leaseReturn {
+	t.retired.Store(true)
+	return t.collect()
+}
+
+// collect takes every run of slots in hand out of t, the later run of a
+// key first, for giveBackRuns, and drops the slots refunds gave back below
+// slots still spent.
+func (t *leaseTable) collect() []leaseReturn {
+	var runs []leaseReturn
 	now := t.clock()
 	for i := range t.shards {
 		s := &t.shards[i]
@@ -905,13 +993,13 @@ func (t *leaseTable) giveBackAll(ctx context.Context) (int, error) {
 			if q := e.queued; q.k > 0 {
 				// The later run first: once it is back, the run before
 				// may be top again.
-				runs = append(runs, run{k, t.p.Add(q.base, t.p.Cost(q.k)), q.k})
+				runs = append(runs, leaseReturn{k, t.p.Add(q.base, t.p.Cost(q.k)), q.k})
 				e.queued = leaseRun{}
 				t.stats.returned.Add(uint64(q.k))
 				t.stats.unspent.Add(-int64(q.k))
 			}
 			if n := e.end - e.next + 1; n > 0 {
-				runs = append(runs, run{k, t.p.Add(e.base, t.p.Cost(e.end)), n})
+				runs = append(runs, leaseReturn{k, t.p.Add(e.base, t.p.Cost(e.end)), n})
 				e.next = e.end + 1
 				t.stats.returned.Add(uint64(n))
 				t.stats.unspent.Add(-int64(n))
@@ -927,6 +1015,12 @@ func (t *leaseTable) giveBackAll(ctx context.Context) (int, error) {
 		}
 		s.mu.Unlock()
 	}
+	return runs
+}
+
+// giveBackRuns gives runs back to Redis, in order, and returns how many
+// slots Redis took back, and the first error.
+func (t *leaseTable) giveBackRuns(ctx context.Context, runs []leaseReturn) (int, error) {
 	given := 0
 	var first error
 	for _, r := range runs {
@@ -954,33 +1048,38 @@ func (t *leaseTable) giveBackAll(ctx context.Context) (int, error) {
 // nothing without WithLeases. An error wraps ErrUnavailable and the first
 // failure; the GCRA remains usable, taking new leases as it needs.
 func (g *GCRA) ReturnLeases(ctx context.Context) (int, error) {
-	if g.leases == nil {
+	if !g.leases {
 		return 0, nil
 	}
-	return g.leases.giveBackAll(ctx)
+	return g.lim.Load().leases.giveBackAll(ctx)
 }
 
 // LeaseStats returns a snapshot of the lease counters.
 func (g *GCRA) LeaseStats() LeaseStats {
-	if g.leases == nil {
+	if !g.leases {
 		return LeaseStats{}
 	}
-	c := &g.leases.stats
+	c := g.leaseStats
 	return LeaseStats{
 		Leases: c.leases.Load(), Ahead: c.ahead.Load(), AheadErrors: c.aheadErrs.Load(), Slots: c.slots.Load(), Spent: c.spent.Load(), Expired: c.expired.Load(),
 		Returned: c.returned.Load(), Local: c.local.Load(), Held: uint64(max(c.unspent.Load(), 0)),
 	}
 }
 
-// redisLeases is the leaseBackend of a GCRA: its Redis.
-type redisLeases struct{ g *GCRA }
+// redisLeases is the leaseBackend of a GCRA's lease table: its Redis, at
+// the table's limit, st. Decisions by a call are made at the limit in
+// force.
+type redisLeases struct {
+	g  *GCRA
+	st *limitState
+}
 
 func (r redisLeases) decide(ctx context.Context, key string, n int) (limits.Decision, error) {
 	return r.g.decide(ctx, key, n, true)
 }
 
 func (r redisLeases) failed(key string, n int, err error) (limits.Decision, error) {
-	return r.g.failed(key, n, true, limits.ReasonAllowed, err)
+	return r.g.failed(r.g.lim.Load(), key, n, true, reasonAllowed, err)
 }
 
 func (r redisLeases) aheadFailed(err error) {
@@ -990,15 +1089,24 @@ func (r redisLeases) aheadFailed(err error) {
 }
 
 func (r redisLeases) lease(ctx context.Context, key string, want int, skip int64) (leaseReply, error) {
-	g := r.g
-	args := make([]any, 0, 11)
-	args = append(args, g.den)
-	args = timeArgs(args, g.p.T)
-	args = append(args, g.dArgs...)
+	g, st := r.g, r.st
+	g.callMu.RLock()
+	defer g.callMu.RUnlock()
+	if g.lim.Load() != st {
+		return leaseReply{}, errRetired // not at a limit SetLimit replaced
+	}
+	p, lead := st.at(g.clock())
+	args := make([]any, 0, 14)
+	args = append(args, st.den)
+	args = timeArgs(args, st.p.T)
+	args = append(args, st.dArgs...)
 	args = append(args, strconv.Itoa(want))
 	args = timeArgs(args, gcra.Time{NS: max(skip, 0)})
+	if lead {
+		args = append(args, st.lArgs...)
+	}
 	ctx, cancel := g.bound(ctx)
-	rep, err := g.call(ctx, leaseScript, g.prefix+key, args)
+	rep, err := g.call(ctx, leaseScript, g.prefix+key, args, p)
 	cancel()
 	if err != nil {
 		return leaseReply{}, err
@@ -1011,18 +1119,23 @@ func (r redisLeases) lease(ctx context.Context, key string, want int, skip int64
 }
 
 func (r redisLeases) giveBack(ctx context.Context, key string, top gcra.Time, n int, rounded bool) (bool, error) {
-	g := r.g
+	return r.g.giveBack(ctx, key, &r.st.p, top, n, rounded)
+}
+
+// giveBack takes a charge of n at p off key's TAT, in p's units, if the
+// TAT is top (rounded: within (top-1ns, top]), and reports whether it did.
+func (g *GCRA) giveBack(ctx context.Context, key string, p *gcra.Policy, top gcra.Time, n int, rounded bool) (bool, error) {
 	args := make([]any, 0, 9)
-	args = append(args, g.den)
+	args = append(args, strconv.FormatUint(p.Den, 10))
 	args = timeArgs(args, top) // seconds since the epoch are well within MaxSpan
-	args = timeArgs(args, g.p.Cost(n))
+	args = timeArgs(args, p.Cost(n))
 	if rounded {
 		args = append(args, "1")
 	} else {
 		args = append(args, "0")
 	}
 	ctx, cancel := g.bound(ctx)
-	rep, err := g.call(ctx, giveBackScript, g.prefix+key, args)
+	rep, err := g.call(ctx, giveBackScript, g.prefix+key, args, p)
 	cancel()
 	if err != nil {
 		g.statistics.refundErrs.Add(1)

@@ -282,7 +282,7 @@ func TestLeaseAhead(t *testing.T) {
 // decided again.
 func TestLeaseAheadRedisHung(t *testing.T) {
 	srv := redistest.Start(t)
-	const timeout = 50 * time.Millisecond
+	const timeout = time.Second // long enough that only a hung Redis fails a call
 	var mu sync.Mutex
 	var aheadErrs []error
 	onError := func(err error) {
@@ -301,6 +301,23 @@ func TestLeaseAheadRedisHung(t *testing.T) {
 		time.Sleep(100 * time.Microsecond)
 		return d, took, err
 	}
+	// Redis hangs as a lease is taken ahead, so that one is in flight,
+	// however fast the calls go.
+	tab := g.lim.Load().leases
+	var armed atomic.Bool
+	paused := make(chan struct{})
+	async := tab.async
+	tab.async = func(f func()) {
+		if armed.Load() {
+			select {
+			case <-paused:
+			default:
+				srv.Pause()
+				close(paused)
+			}
+		}
+		async(f)
+	}
 	for g.LeaseStats().Ahead < 2 {
 		if d, _, err := allow(); err != nil || !d.Allowed {
 			t.Fatalf("before Redis hung: %+v, %v", d, err)
@@ -309,8 +326,23 @@ func TestLeaseAheadRedisHung(t *testing.T) {
 			t.Fatalf("no lease taken ahead in %d calls: %+v", g.Stats().Answered, g.LeaseStats())
 		}
 	}
-	srv.Pause()
+	armed.Store(true)
 	served := 0
+	for hung := false; !hung; {
+		select {
+		case <-paused:
+			hung = true
+			continue
+		default:
+		}
+		if d, _, err := allow(); err != nil || !d.Allowed {
+			t.Fatalf("before Redis hung: %+v, %v", d, err)
+		}
+		if served++; served > 10_000 {
+			t.Fatalf("no lease taken ahead in 10000 more calls: %+v", g.LeaseStats())
+		}
+	}
+	served = 0
 	for {
 		d, took, err := allow()
 		if err != nil {
@@ -333,6 +365,17 @@ func TestLeaseAheadRedisHung(t *testing.T) {
 		t.Error("no decision from the slots in hand once Redis hung")
 	}
 	t.Logf("%d decisions served from the slots in hand with Redis hung", served)
+	// The lease taken ahead fails within its timeout, but its goroutine
+	// may report it after the decision that failed: wait for it, on a
+	// machine however busy.
+	for wait := time.Now(); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		n := len(aheadErrs)
+		mu.Unlock()
+		if n > 0 || time.Since(wait) > 10*time.Second {
+			break
+		}
+	}
 	mu.Lock()
 	if len(aheadErrs) != 1 || !errors.Is(aheadErrs[0], ErrUnavailable) || !errors.Is(aheadErrs[0], context.DeadlineExceeded) {
 		t.Errorf("the error handler saw %v for the lease taken ahead, want one error of the deadline's", aheadErrs)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/httplimit"
 	"github.com/limitsgo/limits/redislimit/redistest"
 )
@@ -17,7 +19,7 @@ func TestLeaseHTTP(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv.Addr(), true)
 	g := must(New(c, 10, time.Hour, WithBurst(50), WithPrefix(freshPrefix()), WithLeases(16, 0)))
-	m, err := httplimit.New(httplimit.Config{Limiter: g})
+	m, err := httplimit.New(httplimit.Config{Limits: admit.Config{Limiters: map[string]limits.Limiter{"redis": g}, Limiter: "redis"}})
 	if err != nil {
 		t.Fatal(err)
 	}

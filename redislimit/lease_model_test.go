@@ -1,6 +1,7 @@
 package redislimit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,8 +21,8 @@ import (
 // of its own, skewed, and every call takes a round trip, half of it before
 // the script runs.
 type modelFleet struct {
-	p       gcra.Policy
-	now     int64 // the true time, in ns; the server's clock is now + srvOff
+	lim     *modelLimit // the limit in force
+	now     int64       // the true time, in ns; the server's clock is now + srvOff
 	rtt     int64
 	tat     map[string]gcra.Time
 	admit   []int64 // the server's time of each admission, in order
@@ -29,25 +30,68 @@ type modelFleet struct {
 	decided bool // the latest decision was made by decide
 }
 
-const srvOff = 1_767_225_600_000_000_000 // the server's clock: 2026-01-01
+// modelLimit is a limit of the model: its policy, whose Lead applies
+// until the server's clock reaches until, as the scripts take a lead
+// while keys charged under an earlier limit of a larger burst may remain.
+type modelLimit struct {
+	p     gcra.Policy
+	until int64
+}
+
+func newModelFleet(p gcra.Policy, rtt int64) *modelFleet {
+	return &modelFleet{lim: &modelLimit{p: p}, rtt: rtt, tat: map[string]gcra.Time{}}
+}
+
+// setLimit changes the fleet's limit to p at once, as every process's
+// SetLimit does, and returns the new limit.
+func (f *modelFleet) setLimit(p gcra.Policy) *modelLimit {
+	old := f.lim
+	lead := p.Convert(old.lead(f.server()), old.p.Den)
+	l := &modelLimit{p: p}
+	if gcra.Less(p.D, lead) {
+		l.p.Lead, l.until = lead, f.server()+gcra.Ceil(lead)
+	}
+	f.lim = l
+	return l
+}
+
+// lead returns how far a TAT may run ahead at the server's time now.
+func (l *modelLimit) lead(now int64) gcra.Time {
+	if now < l.until {
+		return l.p.Lead
+	}
+	return l.p.D
+}
+
+// judge returns the policy to judge by at the server's time now.
+func (l *modelLimit) judge(now int64) *gcra.Policy {
+	p := l.p
+	p.Lead = l.lead(now)
+	return &p
+}
 
 func (f *modelFleet) server() int64 { return f.now + srvOff }
+
+const srvOff = 1_767_225_600_000_000_000 // the server's clock: 2026-01-01
 
 // time reads the server's clock as TIME does, to the microsecond.
 func (f *modelFleet) time() gcra.Time { return gcra.Time{NS: f.server() / 1000 * 1000} }
 
-func (f *modelFleet) ahead(key string, now gcra.Time) gcra.Time {
-	a := f.p.Sub(f.tat[key], now)
-	switch {
+// ahead returns how far key's TAT runs ahead of now, as the scripts of
+// limit l take it: 0 if it has passed, at most l's lead.
+func (f *modelFleet) ahead(l *modelLimit, key string, now gcra.Time) gcra.Time {
+	a := l.p.Sub(f.tat[key], now)
+	switch lead := l.lead(now.NS); {
 	case !gcra.Positive(a):
 		return gcra.Time{}
-	case gcra.Less(f.p.D, a):
-		return f.p.D
+	case gcra.Less(lead, a):
+		panic(fmt.Sprintf("a TAT %v ahead, beyond the lead %v", a, lead)) // never written by the model
 	}
 	return a
 }
 
-// modelProc is one process of a modelFleet: its leaseBackend.
+// modelProc is one process of a modelFleet: its leaseBackend, for a lease
+// table of the limit in force (modelLeases serves a table of another).
 type modelProc struct {
 	f    *modelFleet
 	skew int64
@@ -74,19 +118,21 @@ func (m *modelProc) runPending() {
 
 func (m *modelProc) clock() int64 { return m.f.now + m.skew }
 
+// decide decides at the limit in force, as a GCRA's call does.
 func (m *modelProc) decide(_ context.Context, key string, n int) (limits.Decision, error) {
 	f := m.f
 	f.calls++
 	f.decided = true
 	f.now += f.rtt / 2
 	now := f.time()
-	allowed, after := f.p.Judge(f.ahead(key, now), n, true)
+	p := f.lim.judge(now.NS)
+	allowed, after := p.Judge(f.ahead(f.lim, key, now), n, true)
 	if allowed {
-		f.tat[key] = f.p.Add(now, after)
+		f.tat[key] = p.Add(now, after)
 	}
-	res := f.p.Report(allowed, after, n)
+	res := p.Report(allowed, after, n)
 	f.now += f.rtt - f.rtt/2
-	d := limits.Decision{Allowed: allowed, Limit: f.p.Limit, Period: f.p.Period, Burst: f.p.Burst, Cost: n,
+	d := limits.Decision{Allowed: allowed, Limit: p.Limit, Period: p.Period, Burst: p.Burst, Cost: n,
 		Remaining: res.Remaining, ResetAfter: res.ResetAfter, At: time.Unix(0, now.NS)}
 	if !allowed {
 		d.Reason, d.RetryAfter = limits.ReasonRateLimited, res.RetryAfter
@@ -94,7 +140,12 @@ func (m *modelProc) decide(_ context.Context, key string, n int) (limits.Decisio
 	return d, nil
 }
 
-func (m *modelProc) lease(_ context.Context, key string, want int, skip int64) (leaseReply, error) {
+func (m *modelProc) lease(ctx context.Context, key string, want int, skip int64) (leaseReply, error) {
+	return m.leaseAt(m.f.lim, key, want, skip)
+}
+
+// leaseAt is the lease script at limit l.
+func (m *modelProc) leaseAt(l *modelLimit, key string, want int, skip int64) (leaseReply, error) {
 	f := m.f
 	f.calls++
 	if held := int(m.t.stats.unspent.Load()); held > 0 {
@@ -105,28 +156,35 @@ func (m *modelProc) lease(_ context.Context, key string, want int, skip int64) (
 	}
 	f.now += f.rtt / 2
 	now := f.time()
-	a := f.ahead(key, now)
+	p := &l.p
+	a := f.ahead(l, key, now)
 	if gcra.Less(a, gcra.Time{NS: skip}) {
 		a = gcra.Time{NS: skip}
 	}
 	k := 0
-	for k < want && !gcra.Less(f.p.D, f.p.Add(a, f.p.Cost(k+1))) {
+	for k < want && !gcra.Less(p.D, p.Add(a, p.Cost(k+1))) {
 		k++
 	}
 	if k > 0 {
-		f.tat[key] = f.p.Add(f.p.Add(now, a), f.p.Cost(k))
+		f.tat[key] = p.Add(p.Add(now, a), p.Cost(k))
 	}
 	f.now += f.rtt - f.rtt/2
 	return leaseReply{k: k, ahead: a, now: now.NS}, nil
 }
 
-func (m *modelProc) giveBack(_ context.Context, key string, top gcra.Time, n int, rounded bool) (bool, error) {
+func (m *modelProc) giveBack(ctx context.Context, key string, top gcra.Time, n int, rounded bool) (bool, error) {
+	return m.giveBackAt(m.f.lim, key, top, n, rounded)
+}
+
+// giveBackAt is the give-back script for a charge of n at limit l.
+func (m *modelProc) giveBackAt(l *modelLimit, key string, top gcra.Time, n int, rounded bool) (bool, error) {
 	f := m.f
 	f.calls++
 	t := f.tat[key]
-	match := !gcra.Less(top, t) && (!gcra.Less(t, top) || rounded && gcra.Less(f.p.Sub(top, gcra.Time{NS: 1}), t))
+	p := &l.p
+	match := !gcra.Less(top, t) && (!gcra.Less(t, top) || rounded && gcra.Less(p.Sub(top, gcra.Time{NS: 1}), t))
 	if match {
-		f.tat[key] = f.p.Sub(t, f.p.Cost(n))
+		f.tat[key] = p.Sub(t, p.Cost(n))
 	}
 	return match, nil
 }
@@ -136,6 +194,55 @@ func (m *modelProc) failed(string, int, error) (limits.Decision, error) {
 }
 
 func (m *modelProc) aheadFailed(error) { panic("the model does not fail") }
+
+// modelLeases is the leaseBackend of a lease table of limit l: its leases
+// and give-backs are at l, whether or not l is still in force.
+type modelLeases struct {
+	*modelProc
+	l *modelLimit
+}
+
+func (m modelLeases) lease(_ context.Context, key string, want int, skip int64) (leaseReply, error) {
+	return m.leaseAt(m.l, key, want, skip)
+}
+
+func (m modelLeases) giveBack(_ context.Context, key string, top gcra.Time, n int, rounded bool) (bool, error) {
+	return m.giveBackAt(m.l, key, top, n, rounded)
+}
+
+// setLimit replaces m's lease table by one of limit l, as GCRA.SetLimit
+// does: the new table first, then the old one retired and its slots in
+// hand given back, at the old limit. It returns the slots taken out of
+// the hand and those Redis took back.
+func (m *modelProc) setLimit(l *modelLimit, slots int) (collected, given int) {
+	old := m.t
+	m.t = newLeaseTable(&l.p, slots, old.keys, m.clock, modelLeases{m, l})
+	m.t.stats, m.t.async = old.stats, old.async
+	before := old.stats.returned.Load()
+	runs := old.retire()
+	given, _ = old.giveBackRuns(context.Background(), runs)
+	return int(old.stats.returned.Load() - before), given
+}
+
+// refund gives back d as GCRA.Refund does in lease mode: to the hand of
+// m's table if d is of its runs (hand reports that, and back the slots
+// that went back), otherwise in Redis, at the limit d was made under, if
+// nothing was charged for the key since (redis reports that).
+func (m *modelProc) refund(key string, d limits.Decision) (hand bool, back int, redis bool) {
+	if p := m.t.p; d.Limit == p.Limit && d.Period == p.Period && d.Burst == p.Burst {
+		spent := m.t.stats.spent.Load()
+		if m.t.refund(key, d) {
+			return true, int(spent - m.t.stats.spent.Load()), false
+		}
+	}
+	dp, err := gcra.New(d.Limit, d.Period, d.Burst)
+	if err != nil {
+		panic(err)
+	}
+	top := gcra.Time{NS: d.At.UnixNano() + int64(d.ResetAfter)}
+	redis, _ = m.giveBackAt(&modelLimit{p: dp}, key, top, d.Cost, true)
+	return false, 0, redis
+}
 
 // conforms checks that the admission times, in order, make at most burst
 // + d/T + 1 admissions in any interval of length d: for i < j, (j-i)*T -
@@ -185,6 +292,15 @@ type leaseScenario struct {
 	wantAhead bool
 	rttNS     int64
 	runTime   time.Duration
+	// changes are the limits every process sets, at once, in order.
+	changes []limitChange
+}
+
+// limitChange is a SetLimit of the whole fleet, at a time from the start:
+// limit a second in bursts of burst.
+type limitChange struct {
+	at           time.Duration
+	limit, burst int
 }
 
 // TestLeaseModel runs fleets of processes in lease mode on the model and
@@ -192,7 +308,11 @@ type leaseScenario struct {
 // interval, and that the under-admission against one GCRA fed the same
 // requests is within the bound WithLeases states: the slots expired, those
 // in hand at the end and less than a lease of room, and, at steady demand,
-// no more than (P+1)*slots.
+// no more than (P+1)*slots. In the scenarios whose limit changes, every
+// process sets each new limit at once, with slots in hand and leases in
+// flight: the admissions conform across the changes (conformsAcross), and
+// the under-admission is within the same bound and the slots Redis did
+// not take back at the changes.
 func TestLeaseModel(t *testing.T) {
 	const ms = int64(time.Millisecond)
 	scenarios := []leaseScenario{
@@ -209,6 +329,39 @@ func TestLeaseModel(t *testing.T) {
 				}
 				return 200_000 + r.Int64N(400_000)
 			}, runTime: 20 * time.Second},
+		// The limit changes, stricter and looser, while every process
+		// holds slots: the admissions of any interval conform to the
+		// limits they were made under (see conformsAcross).
+		{name: "changing", procs: 4, limit: 1000, period: time.Second, burst: 100, slots: 32, rttNS: 200_000,
+			gap: func(r *rand.Rand, _ int, _ int64) int64 { return 100_000 + r.Int64N(100_000) }, runTime: 20 * time.Second,
+			changes: []limitChange{{3 * time.Second, 250, 20}, {7 * time.Second, 2000, 200}, {9 * time.Second, 2000, 20},
+				{11 * time.Second, 500, 50}, {15 * time.Second, 1000, 100}, {15*time.Second + 30*time.Millisecond, 100, 10}}},
+		{name: "changing-below", procs: 4, limit: 1000, period: time.Second, burst: 100, slots: 32, wantAhead: true, rttNS: 200_000,
+			gap: func(r *rand.Rand, _ int, _ int64) int64 { return 4*ms + r.Int64N(2*ms) }, runTime: 20 * time.Second,
+			changes: []limitChange{{3 * time.Second, 250, 20}, {7 * time.Second, 2000, 200}, {11 * time.Second, 500, 50},
+				{15 * time.Second, 1000, 100}}},
+		// Bursts, then quiet, and the limit changes often, between large
+		// bursts and small ones: a stricter limit often finds a key that
+		// has just spent a large burst.
+		{name: "changing-bursty", procs: 6, limit: 500, period: time.Second, burst: 200, slots: 16, rttNS: 500_000,
+			gap: func(r *rand.Rand, proc int, now int64) int64 {
+				if (now/(300*ms)+int64(proc))%3 == 0 {
+					return 20*ms + r.Int64N(20*ms) // slow
+				}
+				return 200_000 + r.Int64N(400_000)
+			}, runTime: 20 * time.Second,
+			changes: func() []limitChange {
+				var c []limitChange
+				for i := range 40 {
+					at := time.Duration(i)*470*time.Millisecond + 100*time.Millisecond
+					if i%2 == 0 {
+						c = append(c, limitChange{at, 250, 5 + i%7})
+					} else {
+						c = append(c, limitChange{at, 1000, 100 + 10*(i%5)})
+					}
+				}
+				return c
+			}()},
 	}
 	for _, sc := range scenarios {
 		for _, refunds := range []bool{false, true} {
@@ -221,31 +374,40 @@ func TestLeaseModel(t *testing.T) {
 	}
 }
 
-// modelEvent is a request, or the refund of one, at a server time.
+// modelEvent is a request, the refund of one or a change of limit, at a
+// server time.
 type modelEvent struct {
 	at     int64 // the server's time
 	refund bool
-	req    int // the request's index among the requests
+	req    int         // the request's index among the requests
+	set    *modelLimit // the limit set, for a change
 }
 
-// idealRefunding counts what one GCRA would admit of the unit requests
-// of events, in order, with the refunds of events given back to it.
-func idealRefunding(p gcra.Policy, events []modelEvent) int {
+// idealRefunding counts what one GCRA of limit l would admit of the unit
+// requests of events, in order, with the refunds of events given back to
+// it and the changes of limit made to it.
+func idealRefunding(l *modelLimit, events []modelEvent) int {
 	var tat gcra.Time
-	charged := map[int]gcra.Time{} // the TAT after each request admitted
+	type charge struct{ tat, cost gcra.Time }
+	charged := map[int]charge{} // the TAT after each request admitted, and its cost
 	n, req := 0, 0
 	for _, ev := range events {
 		now := gcra.Time{NS: ev.at}
-		if ev.refund {
+		p := l.judge(ev.at)
+		switch {
+		case ev.set != nil:
+			l = ev.set
+			continue
+		case ev.refund:
 			if c, ok := charged[ev.req]; ok {
-				tat = p.Refund(tat, c, now, 1, false)
+				tat = p.RefundCost(tat, c.tat, now, c.cost, false)
 			}
 			continue
 		}
 		ok, after := p.Judge(p.Sub(tat, now), 1, true)
 		if ok {
 			tat = p.Add(now, after)
-			charged[req] = tat
+			charged[req] = charge{tat, p.T}
 			n++
 		}
 		req++
@@ -253,24 +415,61 @@ func idealRefunding(p gcra.Policy, events []modelEvent) int {
 	return n
 }
 
+// weighed is an admission of the model: at the server's time at, of
+// weight w, its cost times the emission interval of the limit it was
+// made under, whose D is d, in ns.
+type weighed struct{ at, w, d int64 }
+
+// weighedOf returns the admission of d, at the server's time at.
+func weighedOf(d limits.Decision, at int64) weighed {
+	t := int64(d.Period) / int64(d.Limit) // whole in the model
+	return weighed{at: at, w: int64(d.Cost) * t, d: int64(d.Burst) * t}
+}
+
+// conformsAcross checks the bound WithLeases states across changes of
+// limit: in the admissions, in order of time, those from the i-th to the
+// j-th weigh at most t_j - t_i + D_j + w_i, where D_j is the D of the
+// limit the j-th was made under, the latest of them. With one limit that
+// is conforms: (j-i)*T - (t_j - t_i) <= D.
+func conformsAcross(t *testing.T, adm []weighed) {
+	t.Helper()
+	var sum int64 // the weight of the admissions up to the j-th
+	minX := int64(0)
+	for j, a := range adm {
+		sum += a.w
+		x := sum - a.at // the i-th's x is sum - at before its weight
+		if j > 0 && x-minX > a.d {
+			t.Fatalf("admission %d at %d: the admissions since weigh %v over the interval's length + D = %v",
+				j, a.at, time.Duration(x-minX), time.Duration(a.d))
+		}
+		if xi := sum - a.w - a.at; j == 0 || xi < minX {
+			minX = xi
+		}
+	}
+}
+
 // runLeaseModel runs the fleet of sc on the model. With refunds, each
 // process refunds a quarter of the decisions it made from its slots in
 // hand, in random order, and every refund must give the decision's slots
 // back to the hand while the slot is still to come, as the process
-// reckons it (within a round trip and a microsecond of its time).
+// reckons it (within a round trip and a microsecond of its time), unless
+// the limit changed since: then it is given back in Redis if nothing was
+// charged since. With changes of limit, every process sets the limit at
+// the same time, between a decision and the lease it took ahead, if any.
 func runLeaseModel(t *testing.T, sc leaseScenario, refunds bool) {
 	const ms = int64(time.Millisecond)
 	p, err := gcra.New(sc.limit, sc.period, sc.burst)
 	if err != nil || p.T.Frac != 0 {
 		t.Fatal(err, p.T)
 	}
-	f := &modelFleet{p: p, rtt: sc.rttNS, tat: map[string]gcra.Time{}}
+	f := newModelFleet(p, sc.rttNS)
+	first := f.lim
 	r := rand.New(rand.NewPCG(1, uint64(len(sc.name))))
 	procs := make([]*modelProc, sc.procs)
 	next := make([]int64, sc.procs)
 	for i := range procs {
 		m := &modelProc{f: f, skew: r.Int64N(1 << 40)}
-		m.t = newLeaseTable(&f.p, sc.slots, 16, m.clock, m)
+		m.t = newLeaseTable(&f.lim.p, sc.slots, 16, m.clock, modelLeases{m, f.lim})
 		m.t.async = m.later
 		procs[i] = m
 		next[i] = r.Int64N(ms)
@@ -283,9 +482,11 @@ func runLeaseModel(t *testing.T, sc leaseScenario, refunds bool) {
 	}
 	owing := make([][]owed, sc.procs)
 	var events []modelEvent
-	givenBack := map[int]bool{} // the admissions whose slots went back to the hand
+	var adm []weighed
+	givenBack := map[int]bool{} // the admissions whose slots went back to the hand, or to Redis
 	requests, decisions, local := 0, 0, 0
-	refunded, given, late, missed := 0, 0, 0, 0
+	refunded, given, late, missed, kept := 0, 0, 0, 0, 0
+	changes, collected, dropped, skipped := sc.changes, 0, 0, 0
 	end := int64(sc.runTime)
 	for {
 		i := 0
@@ -304,14 +505,17 @@ func runLeaseModel(t *testing.T, sc leaseScenario, refunds bool) {
 			o := owing[i][j]
 			owing[i] = slices.Delete(owing[i], j, j+1)
 			at := f.server()
-			spent := m.t.stats.spent.Load()
-			ok := m.t.refund("k", o.d)
-			back := spent - m.t.stats.spent.Load()
+			hand, back, redis := m.refund("k", o.d)
 			events = append(events, modelEvent{at: at, refund: true, req: o.req})
 			refunded++
 			ahead := o.d.At.UnixNano() + int64(o.d.ResetAfter) - at // to the decision's slot
 			switch {
-			case back == uint64(o.d.Cost):
+			case redis:
+				given++
+				givenBack[o.adm] = true
+			case !hand && m.t.p.Limit != o.d.Limit:
+				kept++ // of a limit since replaced, and charged since
+			case back == o.d.Cost:
 				given++
 				givenBack[o.adm] = true
 				if ahead <= 0 {
@@ -321,7 +525,7 @@ func runLeaseModel(t *testing.T, sc leaseScenario, refunds bool) {
 				t.Fatalf("a refund of cost %d gave back %d slots", o.d.Cost, back)
 			case ahead > sc.rttNS+2*int64(time.Microsecond):
 				if missed++; missed <= 5 {
-					t.Errorf("a refund %v before its slot's time gave nothing back (the run's: %v)", time.Duration(ahead), ok)
+					t.Errorf("a refund %v before its slot's time gave nothing back (the run's: %v)", time.Duration(ahead), hand)
 				}
 			default:
 				late++
@@ -340,39 +544,62 @@ func runLeaseModel(t *testing.T, sc leaseScenario, refunds bool) {
 		}
 		switch {
 		case d.Allowed && f.decided:
-			f.admit = append(f.admit, d.At.UnixNano())
+			adm = append(adm, weighedOf(d, d.At.UnixNano()))
 		case d.Allowed:
 			if refunds && r.IntN(4) == 0 {
-				owing[i] = append(owing[i], owed{d, requests - 1, len(f.admit)})
+				owing[i] = append(owing[i], owed{d, requests - 1, len(adm)})
 			}
-			f.admit = append(f.admit, f.server())
+			adm = append(adm, weighedOf(d, f.server()))
 		}
 		decisions++
+		if len(changes) > 0 && f.now >= int64(changes[0].at) {
+			c := changes[0]
+			changes = changes[1:]
+			old := f.lim.p
+			np, err := gcra.New(c.limit, time.Second, c.burst)
+			if err != nil || np.T.Frac != 0 {
+				t.Fatal(err, np.T)
+			}
+			l := f.setLimit(np)
+			events = append(events, modelEvent{at: f.server(), set: l})
+			for _, pm := range procs {
+				c, g := pm.setLimit(l, sc.slots)
+				collected += c
+				dropped += c - g
+			}
+			// The skips of the old limit, charged as if spent: up to its
+			// D/8 of room, in requests of the new limit.
+			skipped += int(old.D.NS/8/np.T.NS) + 1
+		}
 		m.runPending()
 		next[i] = f.now + sc.gap(r, i, f.now)
 	}
 	// The admissions served: those whose slots were not given back.
-	var served []int64
-	for j, at := range f.admit {
+	var served []weighed
+	for j, a := range adm {
 		if !givenBack[j] {
-			served = append(served, at)
+			served = append(served, a)
 		}
 	}
-	slices.Sort(served)
-	conforms(t, p, served)
-	var slots, spent, expired, held uint64
+	slices.SortStableFunc(served, func(a, b weighed) int { return cmp.Compare(a.at, b.at) })
+	conformsAcross(t, served)
+	var slots, spent, expired, held, returned uint64
 	ahead, overHand := 0, 0
 	for _, m := range procs {
-		s := &m.t.stats
+		s := m.t.stats
 		slots += s.slots.Load()
 		spent += s.spent.Load()
 		expired += s.expired.Load()
 		held += uint64(s.unspent.Load())
+		returned += s.returned.Load()
 		ahead += m.ahead
 		overHand += m.overHand
 	}
-	if slots != spent+expired+held {
-		t.Errorf("leased %d slots: spent %d + expired %d + in hand %d", slots, spent, expired, held)
+	if slots != spent+expired+returned+held {
+		t.Errorf("leased %d slots: spent %d + expired %d + returned %d + in hand %d", slots, spent, expired, returned, held)
+	}
+	if int(returned) < collected || sc.wantAhead && len(sc.changes) > 0 && collected == 0 {
+		t.Errorf("%d slots taken out of the hands at the changes, %d returned", collected, returned)
 	}
 	if overHand > 0 {
 		t.Errorf("%d leases could have left a process more than a lease (%d slots) in hand", overHand, sc.slots)
@@ -383,17 +610,22 @@ func runLeaseModel(t *testing.T, sc leaseScenario, refunds bool) {
 	if refunds && given == 0 {
 		t.Error("no refund gave its slot back")
 	}
-	want := idealRefunding(p, events)
-	got := len(f.admit)
+	want := idealRefunding(first, events)
+	got := len(adm)
 	under := want - got
 	bound := uint64((sc.procs+1)*sc.slots + late)
-	t.Logf("%d decisions, %d local, %d calls (%.1f per 1000, %d leases ahead); admitted %d, one GCRA %d: under-admission %d; expired %d, in hand at the end %d; %d refunds, %d given back, %d too late; (P+1)*slots + too late %d",
-		decisions, local, f.calls, 1000*float64(f.calls)/float64(decisions), ahead, got, want, under, expired, held, refunded, given, late, bound)
+	t.Logf("%d decisions, %d local, %d calls (%.1f per 1000, %d leases ahead); admitted %d, one GCRA %d: under-admission %d; expired %d, in hand at the end %d; %d refunds, %d given back, %d too late, %d kept across a change; (P+1)*slots + too late %d; %d changes, %d slots returned at them, %d of them dropped, %d more leased in flight; skips up to %d",
+		decisions, local, f.calls, 1000*float64(f.calls)/float64(decisions), ahead, got, want, under, expired, held, refunded, given, late, kept, bound,
+		len(sc.changes), collected, dropped, int(returned)-collected, skipped)
 	// Beyond the slots lost and in hand, less than a lease of room may be
 	// left while processes wait for a full lease, and a refund the process
-	// reckoned too late may leave the one GCRA some room.
-	if under > 0 && uint64(under) > expired+held+uint64(sc.slots+late) {
-		t.Errorf("under-admission %d beyond the slots expired and in hand (%d) + slots + refunds too late (%d)", under, expired+held, late)
+	// reckoned too late may leave the one GCRA some room; at a change,
+	// the slots Redis did not take back are lost, and so is the room the
+	// old limit's skips held.
+	lost := expired + held + uint64(sc.slots+late+kept+dropped+skipped)
+	if under > 0 && uint64(under) > lost {
+		t.Errorf("under-admission %d beyond the slots expired and in hand (%d) + slots + refunds too late or kept (%d) + dropped at changes (%d) + skips (%d)",
+			under, expired+held, late+kept, dropped, skipped)
 	}
 	if sc.steady && uint64(max(under, 0)) > bound {
 		t.Errorf("under-admission %d at steady demand beyond (P+1)*slots + refunds too late = %d", under, bound)
@@ -405,9 +637,9 @@ func runLeaseModel(t *testing.T, sc leaseScenario, refunds bool) {
 // refunds come in any order.
 func TestLeaseRefund(t *testing.T) {
 	p, _ := gcra.New(1000, time.Second, 100)
-	f := &modelFleet{p: p, rtt: 100_000, tat: map[string]gcra.Time{}}
+	f := newModelFleet(p, 100_000)
 	m := &modelProc{f: f}
-	m.t = newLeaseTable(&f.p, 8, 16, m.clock, m)
+	m.t = newLeaseTable(&f.lim.p, 8, 16, m.clock, m)
 	ctx := context.Background()
 	refunded := 0
 	type admission struct {
@@ -494,9 +726,9 @@ func (d *downProc) aheadFailed(error) { d.aheadErrs++ }
 // only once they are gone does a request ask Redis, and fail.
 func TestLeaseAheadFails(t *testing.T) {
 	p, _ := gcra.New(1000, time.Second, 100)
-	f := &modelFleet{p: p, rtt: 100_000, tat: map[string]gcra.Time{}}
+	f := newModelFleet(p, 100_000)
 	d := &downProc{modelProc: &modelProc{f: f}}
-	d.t = newLeaseTable(&f.p, 32, 16, d.clock, d)
+	d.t = newLeaseTable(&f.lim.p, 32, 16, d.clock, d)
 	d.t.async = d.later
 	ctx := context.Background()
 	step := func() (limits.Decision, error) {
@@ -544,9 +776,9 @@ func TestLeaseAheadFails(t *testing.T) {
 // run's time has passed too, and counts its slots expired.
 func TestLeaseSweepRunAhead(t *testing.T) {
 	p, _ := gcra.New(1000, time.Second, 100)
-	f := &modelFleet{p: p, rtt: 100_000, tat: map[string]gcra.Time{}}
+	f := newModelFleet(p, 100_000)
 	m := &modelProc{f: f}
-	m.t = newLeaseTable(&f.p, 32, 1, m.clock, m)
+	m.t = newLeaseTable(&f.lim.p, 32, 1, m.clock, m)
 	m.t.async = m.later
 	ctx := context.Background()
 	entry := func(key string) *leaseEntry {
@@ -582,7 +814,7 @@ func TestLeaseSweepRunAhead(t *testing.T) {
 	if entry(b) == nil || entry("a") != nil {
 		t.Errorf("the table of one key holds a: %v, %s: %v; want %[2]s only", entry("a") != nil, b, entry(b) != nil)
 	}
-	s := &m.t.stats
+	s := m.t.stats
 	if s.unspent.Load() != 0 || s.slots.Load() != s.spent.Load()+s.expired.Load() {
 		t.Errorf("leased %d = spent %d + expired %d + in hand %d, want nothing in hand", s.slots.Load(), s.spent.Load(), s.expired.Load(), s.unspent.Load())
 	}

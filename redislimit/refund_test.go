@@ -50,9 +50,9 @@ func TestRefundState(t *testing.T) {
 	charged := gcra.Time{NS: d.At.Add(d.ResetAfter).UnixNano()}
 	// The charge lies far ahead of any time the refund could have read,
 	// so all of it is taken off, whatever that time.
-	want := g.p.Refund(cur, charged, gcra.Time{NS: d.At.UnixNano()}, 3, true)
+	want := g.lim.Load().p.Refund(cur, charged, gcra.Time{NS: d.At.UnixNano()}, 3, true)
 	checkStored(t, c, g.Key("k"), want)
-	if gcra.Less(want, afterFirst) || gcra.Less(gcra.Time{NS: 1}, g.p.Sub(want, afterFirst)) {
+	if gcra.Less(want, afterFirst) || gcra.Less(gcra.Time{NS: 1}, g.lim.Load().p.Sub(want, afterFirst)) {
 		t.Errorf("after the refund the key's TAT is %+v, want within a nanosecond above %+v", want, afterFirst)
 	}
 	if d := take(g, "k", 0); d.Remaining != 5 {

@@ -102,22 +102,28 @@ end
 // nanoseconds; ARGV[4] and ARGV[5] D = burst*T; ARGV[6] den, and ARGV[7]
 // and ARGV[8] the units of n*T and D, all three left out when den is 1 (T
 // a whole number of nanoseconds), which the script then takes them to be,
-// with no units: the same arithmetic on fewer arguments.
+// with no units: the same arithmetic on fewer arguments. ARGV[9] to
+// ARGV[11], the lead L in seconds, nanoseconds and units, are given, after
+// all eight, only while keys charged under an earlier limit of a larger
+// burst may run further ahead than D (see GCRA.SetLimit); L is D when
+// they are left out.
 //
 // With ahead = TAT - now, taken as 0 when the TAT has passed (the key owes
-// nothing) and as D when it runs further ahead than D, the request is
+// nothing) and as L when it runs further ahead than L, the request is
 // allowed if and only if ahead + n*T <= D, the local GCRA's inequality moved
-// by now; when allowed and charged, TAT becomes now + ahead + n*T. The key
-// then expires at the TAT rounded up to a millisecond (SET with PXAT, Redis
+// by now; when allowed and charged, TAT becomes now + ahead + n*T. A key
+// whose ahead lies between D and L is refused any positive cost (a cost
+// of 0 is always allowed) and keeps its TAT: as gcra.Policy.Judge with
+// its Lead at L. The key then expires at the TAT rounded up to a millisecond (SET with PXAT, Redis
 // 6.2 or later): its time to live is the time until the key is back to its
 // full burst, and it never expires while it carries debt. An absolute
 // expiry is used because a relative one (PX) counts from Redis's own
 // millisecond clock, which may lag the microseconds of TIME.
 //
-// A TAT further ahead than D cannot have been written by this limiter,
-// whose TATs never run more than D ahead of the time they were written at:
+// A TAT further ahead than L cannot have been written by this limiter,
+// whose TATs never run more than L ahead of the time they were written at:
 // it comes from another writer or from a clock that went back. The script
-// stores now + D in its place, so that the key recovers as a key that has
+// stores now + L in its place, so that the key recovers as a key that has
 // just used its full burst does. Otherwise a refusal or a look writes
 // nothing.
 //
@@ -140,6 +146,8 @@ const gcraScript = `
 local den, cf, df = 1, 0, 0
 if ARGV[6] then den, cf, df = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]) end
 local ds, dns = tonumber(ARGV[4]), tonumber(ARGV[5])
+local ls, lns, lf = ds, dns, df
+if ARGV[9] then ls, lns, lf = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]) end
 local clock = redis.call('TIME')
 local now_s, now_us = tonumber(clock[1]), tonumber(clock[2])
 local now_ns = now_us * 1000
@@ -173,15 +181,15 @@ if v then
   if ans < 0 then as, ans = as - 1, ans + 1e9 end
   if as < 0 or as == 0 and ans == 0 and af == 0 then
     as, ans, af = 0, 0, 0
-  elseif as > ds or as == ds and (ans > dns or ans == dns and af > df) then
-    as, ans, af, repair = ds, dns, df, true
+  elseif as > ls or as == ls and (ans > lns or ans == lns and af > lf) then
+    as, ans, af, repair = ls, lns, lf, true
   end
 end
 local xs, xns, xf = as + tonumber(ARGV[2]), ans + tonumber(ARGV[3]), af + cf
 if xf >= den then xns, xf = xns + 1, xf - den end
 if xns >= 1e9 then xs, xns = xs + 1, xns - 1e9 end
 local flag = 1
-if xs > ds or xs == ds and (xns > dns or xns == dns and xf > df) then flag = 0 end
+if (xs > as or xns > ans or xf > af) and (xs > ds or xs == ds and (xns > dns or xns == dns and xf > df)) then flag = 0 end
 local now = now_s * 1e6 + now_us
 if flag == 0 or ARGV[1] ~= '1' then
   if not repair then return {ans * 2 + flag, as, af, now} end
@@ -201,7 +209,8 @@ return {xns * 2 + flag, xs, xf, now}
 // Arguments: ARGV[1] is den; ARGV[2] and ARGV[3] the key's TAT just after
 // the charge, rounded up to the nanosecond (the Decision's At + ResetAfter),
 // in seconds and nanoseconds since the Unix epoch; ARGV[4] to ARGV[6] the
-// charge n*T; ARGV[7] to ARGV[9] D; ARGV[10] and ARGV[11] the latest time,
+// charge n*T; ARGV[7] to ARGV[9] L, as gcraScript takes it (D, or the lead
+// after a change of limit); ARGV[10] and ARGV[11] the latest time,
 // on the server's clock, in seconds and microseconds, at which the caller
 // still waits for the reply, or "" and "" if it is not known.
 //
@@ -214,7 +223,7 @@ return {xns * 2 + flag, xs, xf, now}
 // the charge still ahead of now, counted from the low end, at most n*T, and
 // never takes the TAT below now, so that refunds are exact in any order,
 // as gcra.Policy.Refund says. An absent
-// key is left absent. A TAT further ahead than D is first taken as now + D,
+// key is left absent. A TAT further ahead than L is first taken as now + L,
 // as in gcraScript. The key is stored again with its new expiry, or deleted
 // if it owes nothing.
 //
@@ -304,16 +313,9 @@ func eval(ctx context.Context, c redis.Scripter, s *redis.Script, keys []string,
 
 // decideReply reads the four integers gcraScript returns.
 func decideReply(vals []any) (reply, error) {
-	if len(vals) != 4 {
-		return reply{}, fmt.Errorf("%w: %d values", errReply, len(vals))
-	}
-	var n [4]int64
-	for i, v := range vals {
-		x, ok := v.(int64)
-		if !ok || x < 0 {
-			return reply{}, fmt.Errorf("%w: %v", errReply, v)
-		}
-		n[i] = x
+	n, err := naturals(vals)
+	if err != nil {
+		return reply{}, err
 	}
 	return reply{
 		flag:  n[0] & 1,
@@ -332,7 +334,8 @@ func timeArgs(args []any, t gcra.Time) []any {
 // as many as the key could admit at once, k with ahead + k*T <= D, at most
 // want, charged as k unit requests arriving together would be: TAT becomes
 // now + ahead + k*T, with ahead as in gcraScript (0 for a key that owes
-// nothing, D for one further ahead, which is repaired), but no less than
+// nothing, L for one further ahead, which is repaired; a key whose ahead
+// lies between D and L has no room and keeps its TAT), but no less than
 // skip: the slots of a key whose TAT runs less than skip ahead of now
 // start at now + skip, so that they have not passed by the time the reply
 // reaches the process (skip is its round trip), and the time between is
@@ -340,7 +343,8 @@ func timeArgs(args []any, t gcra.Time) []any {
 //
 // Arguments: ARGV[1] is den; ARGV[2] to ARGV[4] T; ARGV[5] to ARGV[7] D;
 // ARGV[8] want, 1 to MaxLeaseSlots; ARGV[9] to ARGV[11] skip, less than
-// D - T.
+// D - T; ARGV[12] to ARGV[14] the lead L, as gcraScript takes it, or left
+// out for L = D.
 //
 // k*T is computed exactly: k is at most 2^16, so k times the units of T
 // (below 2^32) stays below 2^48, and k times its nanoseconds below 2^46.
@@ -351,6 +355,8 @@ func timeArgs(args []any, t gcra.Time) []any {
 // room), ahead before the lease, in seconds, nanoseconds and units, and now.
 const leaseLua = scriptLib + `
 local t_, d, skip = arg(2), arg(5), arg(9)
+local lead = d
+if ARGV[12] then lead = arg(12) end
 local want = tonumber(ARGV[8])
 local t, err = load()
 if err then return err end
@@ -359,8 +365,8 @@ if t then
   ahead = sub(t, now)
   if not less(zero, ahead) then
     ahead = zero
-  elseif less(d, ahead) then
-    ahead, repair = d, true
+  elseif less(lead, ahead) then
+    ahead, repair = lead, true
   end
 end
 if less(ahead, skip) then ahead, repair = skip, false end
@@ -428,3 +434,19 @@ var (
 	leaseScript    = redis.NewScript(leaseLua)
 	giveBackScript = redis.NewScript(giveBackLua)
 )
+
+// naturals returns the four integers, none negative, of a script's reply.
+func naturals(vals []any) ([4]int64, error) {
+	var n [4]int64
+	if len(vals) != len(n) {
+		return n, fmt.Errorf("%w: %d values", errReply, len(vals))
+	}
+	for i, v := range vals {
+		x, ok := v.(int64)
+		if !ok || x < 0 {
+			return n, fmt.Errorf("%w: %v", errReply, v)
+		}
+		n[i] = x
+	}
+	return n, nil
+}

@@ -127,14 +127,14 @@ func TestFarFutureTAT(t *testing.T) {
 				want := limits.Decision{
 					Reason: limits.ReasonRateLimited, Limit: tt.limit, Period: tt.period, Burst: tt.burst, Cost: 1,
 					Remaining:  0,
-					RetryAfter: time.Duration(gcra.Ceil(g.p.T)),
-					ResetAfter: time.Duration(gcra.Ceil(g.p.D)),
+					RetryAfter: time.Duration(gcra.Ceil(g.lim.Load().p.T)),
+					ResetAfter: time.Duration(gcra.Ceil(g.lim.Load().p.D)),
 					At:         d.At,
 				}
 				if public(d) != public(want) {
 					t.Errorf("%s:\n got %+v\nwant %+v", what, public(d), public(want))
 				}
-				checkStored(t, c, key, g.p.Add(gcra.Time{NS: d.At.UnixNano()}, g.p.D))
+				checkStored(t, c, key, g.lim.Load().p.Add(gcra.Time{NS: d.At.UnixNano()}, g.lim.Load().p.D))
 			}
 		}
 	}

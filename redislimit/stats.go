@@ -202,8 +202,15 @@ func classify(err error) kind {
 
 // Stats returns a snapshot of g's counters. Each counter is read
 // atomically, but not all at the same instant.
-func (g *GCRA) Stats() Stats {
-	c := &g.statistics
+func (g *GCRA) Stats() Stats { return g.statistics.stats() }
+
+// CallStats returns a snapshot of how g's calls to Redis went. Each
+// counter is read atomically, but not all at the same instant, nor at the
+// instant of Stats; Latency.Count is the sum of the Latency buckets read.
+func (g *GCRA) CallStats() CallStats { return g.statistics.callStats() }
+
+// stats returns a snapshot of c as Stats.
+func (c *counters) stats() Stats {
 	return Stats{
 		Answered:     c.answered.Load(),
 		Errors:       c.errs.Load(),
@@ -213,11 +220,8 @@ func (g *GCRA) Stats() Stats {
 	}
 }
 
-// CallStats returns a snapshot of how g's calls to Redis went. Each
-// counter is read atomically, but not all at the same instant, nor at the
-// instant of Stats; Latency.Count is the sum of the Latency buckets read.
-func (g *GCRA) CallStats() CallStats {
-	c := &g.statistics
+// callStats returns a snapshot of c as CallStats.
+func (c *counters) callStats() CallStats {
 	s := CallStats{Failures: Failures{
 		Timeout:    c.failures[kindTimeout].Load(),
 		Connection: c.failures[kindConnection].Load(),

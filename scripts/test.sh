@@ -17,19 +17,20 @@
 #
 # Environment:
 #
-#	LIMITS_QUICK=1        tests without the race detector, no benchmarks, no
-#	                      consumer check: the quick loop while editing
-#	LIMITS_NO_RACE=1      tests without the race detector
-#	LIMITS_NO_BENCH=1     no benchmarks
-#	LIMITS_NO_CONSUMER=1  no consumer check
-#	LIMITS_REQUIRE_REDIS=1
-#	                      the Redis tests fail, rather than skip, without a
-#	                      redis-server (CI sets it)
-#	STATICCHECK=path      a staticcheck binary to use; by default
-#	                      staticcheck v0.8.2, from PATH or $(go env GOPATH)/bin
-#	                      if that is the version there, else installed once
-#	                      with go install into $LIMITS_TOOLS (default: a
-#	                      directory in the Go build cache) and reused
+#	LIMITSTEST_QUICK=1        tests without the race detector, no benchmarks,
+#	                          no consumer check: the quick loop while editing
+#	LIMITSTEST_NO_RACE=1      tests without the race detector
+#	LIMITSTEST_NO_BENCH=1     no benchmarks
+#	LIMITSTEST_NO_CONSUMER=1  no consumer check
+#	LIMITSTEST_REQUIRE_REDIS=1
+#	                          the Redis tests fail, rather than skip, without
+#	                          a redis-server (CI sets it)
+#	STATICCHECK=path          a staticcheck binary to use; by default
+#	                          staticcheck v0.8.2, from PATH or
+#	                          $(go env GOPATH)/bin if that is the version
+#	                          there, else installed once with go install into
+#	                          $LIMITSTEST_TOOLS (default: a directory in the
+#	                          Go build cache) and reused
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -37,8 +38,8 @@ root=$PWD
 trap 'echo "test.sh: interrupted" >&2; exit 130' INT TERM
 
 staticcheck_version=0.8.2
-if [ "${LIMITS_QUICK:-}" = 1 ]; then
-	LIMITS_NO_RACE=1 LIMITS_NO_BENCH=1 LIMITS_NO_CONSUMER=1
+if [ "${LIMITSTEST_QUICK:-}" = 1 ]; then
+	LIMITSTEST_NO_RACE=1 LIMITSTEST_NO_BENCH=1 LIMITSTEST_NO_CONSUMER=1
 fi
 
 # The modules to check, and whether to run the consumer check.
@@ -64,7 +65,7 @@ else
 		mods+=("$(dirname "$mod")")
 	done < <(find . -name go.mod -not -path './.git/*' -not -path '*/testdata/*' | sort)
 fi
-if [ "${LIMITS_NO_CONSUMER:-}" = 1 ]; then
+if [ "${LIMITSTEST_NO_CONSUMER:-}" = 1 ]; then
 	consumer=0
 fi
 
@@ -77,7 +78,7 @@ run_staticcheck() {
 			fi
 		done
 		if [ -z "${STATICCHECK:-}" ]; then
-			tools=${LIMITS_TOOLS:-$(go env GOCACHE)/limits-tools}/staticcheck-v$staticcheck_version
+			tools=${LIMITSTEST_TOOLS:-$(go env GOCACHE)/limits-tools}/staticcheck-v$staticcheck_version
 			if [ ! -x "$tools/staticcheck" ]; then
 				echo "installing staticcheck v$staticcheck_version into $tools"
 				GOBIN=$tools GOFLAGS= go install "honnef.co/go/tools/cmd/staticcheck@v$staticcheck_version" || return
@@ -117,7 +118,7 @@ if [ ${#mods[@]} -gt 0 ]; then
 fi
 
 race=-race
-if [ "${LIMITS_NO_RACE:-}" = 1 ]; then
+if [ "${LIMITSTEST_NO_RACE:-}" = 1 ]; then
 	race=
 fi
 times=()
@@ -128,7 +129,7 @@ for dir in "${mods[@]}"; do
 	step "$dir" vet go vet ./...
 	step "$dir" staticcheck run_staticcheck ./...
 	step "$dir" tests go test $race -count=1 ./...
-	if [ "${LIMITS_NO_BENCH:-}" != 1 ]; then
+	if [ "${LIMITSTEST_NO_BENCH:-}" != 1 ]; then
 		step "$dir" benchmarks go test -run '^$' -bench . -benchtime 1x ./...
 	fi
 	mark=

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/grpclimit"
 )
 
@@ -56,15 +57,15 @@ func interceptors(b *testing.B) []struct {
 	name string
 	ic   grpc.UnaryServerInterceptor
 } {
-	rateOnly, err := grpclimit.New(grpclimit.Config{Rate: limits.Limit{Events: high, Period: time.Second}})
+	rateOnly, err := grpclimit.New(grpclimit.Config{Limits: admit.Config{Rate: limits.Limit{Events: high, Period: time.Second}}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	all, err := grpclimit.New(grpclimit.Config{
+	all, err := grpclimit.New(grpclimit.Config{Limits: admit.Config{
 		MaxInFlight:          high,
 		Rate:                 limits.Limit{Events: high, Period: time.Second},
 		MaxInFlightPerClient: high,
-	})
+	}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,7 +4,7 @@
 // one request after another, reports the throughput and latency
 // percentiles of each step, marks the step where the 99th percentile
 // leaves a latency budget, and suggests a MaxInFlight for a limits.Gate
-// (httplimit.Config.MaxInFlight) with its reasoning.
+// (admit.Config.MaxInFlight) with its reasoning.
 //
 //	go run ./cmd/limits-capacity -url http://127.0.0.1:8080/work
 //	go run ./cmd/limits-capacity -url http://127.0.0.1:8080/work -budget 50ms -step 5s -max 512 -svg knee.svg -md knee.md

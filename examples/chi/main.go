@@ -8,9 +8,8 @@
 //	curl -i -X POST localhost:8080/login      # the sixth in a minute gets 429
 //	curl -N localhost:8080/events             # one event a second
 //
-// chi takes httplimit's middleware as it is: the service-wide Middleware's
-// Handler goes to Use, a route's Middleware (made by With) to the route's
-// With.
+// chi takes httplimit's middleware as it is: its Handler goes to Use, and
+// the login route's policy is found by the request's method and path.
 package main
 
 import (
@@ -22,6 +21,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/httplimit"
 )
 
@@ -30,15 +30,14 @@ import (
 // 5 a minute to /login (429 rate_limited beyond), /healthz exempt; an
 // /events stream counts against the gate only until it has started.
 func newRouter() (http.Handler, *httplimit.Middleware, error) {
-	m, err := httplimit.New(httplimit.Config{
-		Exempt:      httplimit.ExemptPaths("/healthz"),
+	m, err := httplimit.New(httplimit.Config{Limits: admit.Config{
+		Exempt:      []string{"/healthz"},
 		MaxInFlight: 64,
 		Rate:        limits.Limit{Events: 60, Period: time.Minute},
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	login, err := m.With(httplimit.Policy{Name: "login", Rate: limits.Limit{Events: 5, Period: time.Minute}})
+		Policies: []admit.Policy{
+			{Name: "login", Routes: []string{"POST /login"}, Rate: limits.Limit{Events: 5, Period: time.Minute}},
+		},
+	}})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -47,7 +46,7 @@ func newRouter() (http.Handler, *httplimit.Middleware, error) {
 	r.Use(m.Handler)
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	r.Get("/", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("hello\n")) })
-	r.With(login.Handler).Post("/login", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("welcome\n")) })
+	r.Post("/login", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("welcome\n")) })
 	r.Get("/events", events)
 	return r, m, nil
 }
@@ -56,7 +55,7 @@ func newRouter() (http.Handler, *httplimit.Middleware, error) {
 // Once the stream has started, it gives its place in the gate back: a few
 // hundred open streams must not fill the gate.
 func events(w http.ResponseWriter, r *http.Request) {
-	httplimit.ReleaseCapacity(r)
+	httplimit.ReleaseCapacity(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	rc := http.NewResponseController(w)
 	tick := time.NewTicker(time.Second)

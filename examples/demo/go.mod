@@ -7,13 +7,11 @@ go 1.26.0
 require (
 	github.com/limitsgo/limits v0.1.0
 	github.com/limitsgo/limits/limitsprom v0.1.0
-	github.com/limitsgo/limits/limitsprom/internal/series v0.1.0 // indirect
 )
 
 replace (
 	github.com/limitsgo/limits => ../..
 	github.com/limitsgo/limits/limitsprom => ../../limitsprom
-	github.com/limitsgo/limits/limitsprom/internal/series => ../../limitsprom/internal/series
 )
 
 require github.com/prometheus/client_golang v1.25.0

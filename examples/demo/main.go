@@ -8,6 +8,12 @@
 //	cd examples/demo && go run .
 //	cd examples/demo && go run . -keep   # then serve until interrupted, for curl or a Prometheus
 //
+// The limits come from limits.json (-config), then from LIMITS_*
+// environment variables (admit.Config.LoadEnv). While the demo serves, a
+// SIGHUP reads them again and applies them at once, keeping every
+// client's state and every counter: the demo shows it, editing a copy of
+// the file and sending itself SIGHUP after the traffic.
+//
 // The clients:
 //
 //   - polite: one user at 4 requests a second, well within the limits;
@@ -26,22 +32,25 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/httplimit"
 	"github.com/limitsgo/limits/limitsprom"
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,6 +61,7 @@ func main() {
 	d := flag.Duration("duration", 3*time.Second, "how long the clients send traffic")
 	addr := flag.String("addr", "127.0.0.1:0", "the address to serve the API and /metrics on")
 	keep := flag.Bool("keep", false, "keep serving after the traffic, until interrupted")
+	path := flag.String("config", "limits.json", "the file of the limits, read again on SIGHUP")
 	flag.Parse()
 	var hold func()
 	if *keep {
@@ -61,21 +71,50 @@ func main() {
 			<-ctx.Done()
 		}
 	}
-	if err := run(os.Stdout, *addr, *d, hold); err != nil {
+	if err := run(os.Stdout, *addr, *d, *path, hold); err != nil {
 		log.Fatal(err)
 	}
 }
 
-// config is the middleware of the demo: 10 requests a second per session,
-// 40 per address, 8 requests in flight at most.
-func config() httplimit.Config {
-	return httplimit.Config{
-		Exempt:         httplimit.ExemptPaths("/healthz"),
-		MaxInFlight:    8,
-		QueueWait:      5 * time.Millisecond,
-		Rate:           limits.Limit{Events: 10, Period: time.Second},
-		CallerKey:      httplimit.CookieKey("session"),
-		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
+// load reads the limits of the demo from the JSON file at path, then from
+// the environment: limits.json has 10 requests a second per session, 40
+// per address, 8 requests in flight at most.
+func load(path string) (admit.Config, error) {
+	var c admit.Config
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, err
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, c.LoadEnv("", nil)
+}
+
+// reload applies the limits of the file at path to m on each SIGHUP,
+// until ctx ends, and writes what changed to out.
+func reload(ctx context.Context, m *httplimit.Middleware, path func() string, out io.Writer, done chan<- error) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		c, err := load(path())
+		if err == nil {
+			err = m.Update(c)
+		}
+		if err != nil {
+			fmt.Fprintf(out, "SIGHUP: %v; the limits are unchanged\n", err)
+		} else {
+			fmt.Fprintf(out, "SIGHUP: %s read again: %v per session, %d in flight at most\n", path(), c.Rate, c.MaxInFlight)
+		}
+		if done != nil {
+			done <- err
+		}
 	}
 }
 
@@ -184,13 +223,25 @@ func clients() []client {
 }
 
 // run serves the demo at addr (a free loopback port for "127.0.0.1:0"),
-// drives the clients for d and writes the table and the key metrics to
-// out; then, if hold is not nil, calls it before it stops serving.
-func run(out io.Writer, addr string, d time.Duration, hold func()) error {
-	m, err := httplimit.New(config())
+// with the limits of the file at path, drives the clients for d and
+// writes the table and the key metrics to out; then shows a reload of the
+// limits on SIGHUP, and, if hold is not nil, calls it before it stops
+// serving.
+func run(out io.Writer, addr string, d time.Duration, path string, hold func()) error {
+	cfg, err := load(path)
 	if err != nil {
 		return err
 	}
+	m, err := httplimit.New(httplimit.Config{Limits: cfg})
+	if err != nil {
+		return err
+	}
+	var file atomic.Value
+	file.Store(path)
+	reloaded := make(chan error, 1)
+	rctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go reload(rctx, m, func() string { return file.Load().(string) }, out, reloaded)
 	// The metrics of the middleware, with its gate, and nothing else, at
 	// /metrics, outside the middleware: a scrape is never limited.
 	reg := prometheus.NewRegistry()
@@ -261,18 +312,69 @@ func run(out io.Writer, addr string, d time.Duration, hold func()) error {
 	fmt.Fprintf(out, "\ngate: %d admitted, %d shed, %d timed out waiting, peak %d of %d in flight, %d in flight now\n",
 		s.Gate.Admitted, s.Gate.Shed, s.Gate.TimedOut, s.Gate.Peak, s.Gate.Max, s.Gate.InFlight)
 	fmt.Fprintf(out, "middleware: %d allowed, %d rate_limited, %d server_busy, %d exempt\n",
-		s.Allowed, s.RateLimited, s.ServerBusy, s.Exempt)
+		s.Requests[admit.Allowed], s.Requests[limits.ReasonRateLimited], s.Requests[admit.ServerBusy], s.Requests[admit.Exempt])
 
 	fmt.Fprintf(out, "\nThe same from %s/metrics, the series above 0:\n", base)
 	if err := showMetrics(out, hc, base+"/metrics"); err != nil {
 		return err
 	}
+
+	// A change of limit while serving: a copy of the file at 2 requests a
+	// second per session, and SIGHUP.
+	policy := func() string {
+		req, _ := http.NewRequest(http.MethodGet, base+"/api", nil)
+		req.Header.Set("X-Forwarded-For", "198.51.100.99")
+		req.AddCookie(&http.Cookie{Name: "session", Value: "reload-check"})
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err.Error()
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.Header.Get("RateLimit-Policy")
+	}
+	fmt.Fprintf(out, "\nRateLimit-Policy of a new session: %s\n", policy())
+	if err := editedCopy(&file, cfg); err != nil {
+		return err
+	}
+	defer os.Remove(file.Load().(string))
+	before := m.Stats().Requests[admit.Allowed]
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	if err := <-reloaded; err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "RateLimit-Policy of a new session: %s\n", policy())
+	fmt.Fprintf(out, "allowed requests counted before the reload %d, after it %d: the counters went on.\n", before, m.Stats().Requests[admit.Allowed])
 	if hold == nil {
 		fmt.Fprintln(out, "\nWith -keep, the demo serves on after the traffic, for curl or a Prometheus to scrape.")
 		return nil
 	}
 	fmt.Fprintf(out, "\nServing at %s until interrupted: curl %s/metrics\n", base, base)
 	hold()
+	return nil
+}
+
+// editedCopy writes cfg at 2 requests a second per session to a new file,
+// and makes it the file the demo reads.
+func editedCopy(file *atomic.Value, cfg admit.Config) error {
+	f, err := os.CreateTemp("", "limits-*.json")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	b, err := os.ReadFile(file.Load().(string))
+	if err != nil {
+		return err
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	raw["rate"] = "2/s"
+	if err := json.NewEncoder(f).Encode(raw); err != nil {
+		return err
+	}
+	file.Store(f.Name())
 	return nil
 }
 

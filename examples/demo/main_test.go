@@ -37,7 +37,7 @@ func row(t *testing.T, out, name string) [4]int {
 // what the limits promise, with wide margins for a busy machine.
 func TestDemo(t *testing.T) {
 	var out bytes.Buffer
-	if err := run(&out, "127.0.0.1:0", 2*time.Second, nil); err != nil {
+	if err := run(&out, "127.0.0.1:0", 2*time.Second, "limits.json", nil); err != nil {
 		t.Fatal(err)
 	}
 	s := out.String()
@@ -74,6 +74,13 @@ func TestDemo(t *testing.T) {
 			t.Errorf("no %s... in the metrics shown:\n%s", series, s)
 		}
 	}
+	// The reload on SIGHUP: the new limit applies to a new session, and
+	// the counters go on.
+	_, after, ok := strings.Cut(s, "SIGHUP: ")
+	if !ok || !strings.Contains(after, "2/s per session") || !strings.Contains(after, `RateLimit-Policy of a new session: "default";q=2;w=1`) ||
+		!strings.Contains(s, `RateLimit-Policy of a new session: "default";q=10;w=1`) {
+		t.Errorf("no reload on SIGHUP in\n%s", s)
+	}
 	if !strings.Contains(s, "metrics at http://127.0.0.1:") {
 		t.Errorf("the demo does not say where its metrics are:\n%s", s)
 	}
@@ -98,7 +105,7 @@ func TestDemoKeepServing(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		status, body = resp.StatusCode, string(b)
 	}
-	if err := run(&out, "127.0.0.1:0", 300*time.Millisecond, hold); err != nil {
+	if err := run(&out, "127.0.0.1:0", 300*time.Millisecond, "limits.json", hold); err != nil {
 		t.Fatal(err)
 	}
 	if status != http.StatusOK || !strings.Contains(body, "# TYPE limits_http_requests_total counter") {

@@ -8,11 +8,11 @@
 //	curl -i -X POST localhost:8080/login      # the sixth in a minute gets 429
 //	curl -N localhost:8080/events             # one event a second
 //
-// echo takes httplimit's middleware through echo.WrapMiddleware: the
-// service-wide Middleware's Handler goes to Use, a route's Middleware (made
-// by With) to the route's middleware. The handlers see the request the
-// middleware passes on (c.Request()), so httplimit.ReleaseCapacity works
-// from them.
+// echo takes httplimit's middleware through echo.WrapMiddleware, given to
+// Use; the login route's policy is found by the request's method and path.
+// The handlers write through the writer the middleware passes on (echo's
+// Response unwraps to it), so httplimit.ReleaseCapacity(c.Response())
+// works from them.
 package main
 
 import (
@@ -24,6 +24,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/httplimit"
 )
 
@@ -32,15 +33,14 @@ import (
 // 5 a minute to /login (429 rate_limited beyond), /healthz exempt; an
 // /events stream counts against the gate only until it has started.
 func newRouter() (http.Handler, *httplimit.Middleware, error) {
-	m, err := httplimit.New(httplimit.Config{
-		Exempt:      httplimit.ExemptPaths("/healthz"),
+	m, err := httplimit.New(httplimit.Config{Limits: admit.Config{
+		Exempt:      []string{"/healthz"},
 		MaxInFlight: 64,
 		Rate:        limits.Limit{Events: 60, Period: time.Minute},
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	login, err := m.With(httplimit.Policy{Name: "login", Rate: limits.Limit{Events: 5, Period: time.Minute}})
+		Policies: []admit.Policy{
+			{Name: "login", Routes: []string{"POST /login"}, Rate: limits.Limit{Events: 5, Period: time.Minute}},
+		},
+	}})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -50,8 +50,7 @@ func newRouter() (http.Handler, *httplimit.Middleware, error) {
 	e.Use(echo.WrapMiddleware(m.Handler))
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
 	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "hello\n") })
-	e.POST("/login", func(c echo.Context) error { return c.String(http.StatusOK, "welcome\n") },
-		echo.WrapMiddleware(login.Handler))
+	e.POST("/login", func(c echo.Context) error { return c.String(http.StatusOK, "welcome\n") })
 	e.GET("/events", events)
 	return e, m, nil
 }
@@ -60,7 +59,7 @@ func newRouter() (http.Handler, *httplimit.Middleware, error) {
 // Once the stream has started, it gives its place in the gate back: a few
 // hundred open streams must not fill the gate.
 func events(c echo.Context) error {
-	httplimit.ReleaseCapacity(c.Request())
+	httplimit.ReleaseCapacity(c.Response())
 	w := c.Response()
 	w.Header().Set(echo.HeaderContentType, "text/event-stream")
 	rc := http.NewResponseController(w)

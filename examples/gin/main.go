@@ -8,10 +8,10 @@
 //	curl -i -X POST localhost:8080/login      # the sixth in a minute gets 429
 //	curl -N localhost:8080/events             # one event a second
 //
-// gin takes httplimit's middleware through ginlimit.Wrap: the service-wide
-// Middleware's Handler goes to Use, a route's Middleware (made by With) in
-// front of the route's handler. The handlers see the request the middleware
-// passes on (c.Request), so httplimit.ReleaseCapacity works from them.
+// gin takes httplimit's middleware through ginlimit.Wrap, given to Use;
+// the login route's policy is found by the request's method and path. The
+// handlers write through the writer the middleware passes on (c.Writer
+// unwraps to it), so httplimit.ReleaseCapacity(c.Writer) works from them.
 package main
 
 import (
@@ -23,6 +23,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/httplimit"
 	"github.com/limitsgo/limits/httplimit/ginlimit"
 )
@@ -32,15 +33,14 @@ import (
 // 5 a minute to /login (429 rate_limited beyond), /healthz exempt; an
 // /events stream counts against the gate only until it has started.
 func newRouter() (http.Handler, *httplimit.Middleware, error) {
-	m, err := httplimit.New(httplimit.Config{
-		Exempt:      httplimit.ExemptPaths("/healthz"),
+	m, err := httplimit.New(httplimit.Config{Limits: admit.Config{
+		Exempt:      []string{"/healthz"},
 		MaxInFlight: 64,
 		Rate:        limits.Limit{Events: 60, Period: time.Minute},
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	login, err := m.With(httplimit.Policy{Name: "login", Rate: limits.Limit{Events: 5, Period: time.Minute}})
+		Policies: []admit.Policy{
+			{Name: "login", Routes: []string{"POST /login"}, Rate: limits.Limit{Events: 5, Period: time.Minute}},
+		},
+	}})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -49,7 +49,7 @@ func newRouter() (http.Handler, *httplimit.Middleware, error) {
 	r.Use(gin.Recovery(), ginlimit.Wrap(m.Handler))
 	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok\n") })
 	r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "hello\n") })
-	r.POST("/login", ginlimit.Wrap(login.Handler), func(c *gin.Context) { c.String(http.StatusOK, "welcome\n") })
+	r.POST("/login", func(c *gin.Context) { c.String(http.StatusOK, "welcome\n") })
 	r.GET("/events", events)
 	return r, m, nil
 }
@@ -58,7 +58,7 @@ func newRouter() (http.Handler, *httplimit.Middleware, error) {
 // Once the stream has started, it gives its place in the gate back: a few
 // hundred open streams must not fill the gate.
 func events(c *gin.Context) {
-	httplimit.ReleaseCapacity(c.Request)
+	httplimit.ReleaseCapacity(c.Writer)
 	c.Header("Content-Type", "text/event-stream")
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()

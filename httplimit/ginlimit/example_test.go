@@ -10,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/httplimit"
 	"github.com/limitsgo/limits/httplimit/ginlimit"
 )
@@ -18,15 +19,14 @@ import (
 // and a stricter policy on its login route. The login refused by its policy
 // gets back what the service-wide limit charged.
 func ExampleWrap() {
-	m, err := httplimit.New(httplimit.Config{
-		Exempt:      httplimit.ExemptPaths("/healthz"),
+	m, err := httplimit.New(httplimit.Config{Limits: admit.Config{
+		Exempt:      []string{"/healthz"},
 		MaxInFlight: 512,
 		Rate:        limits.Limit{Events: 100, Period: time.Minute},
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	login, err := m.With(httplimit.Policy{Name: "login", Rate: limits.Limit{Events: 2, Period: time.Minute}})
+		Policies: []admit.Policy{
+			{Name: "login", Routes: []string{"POST /login"}, Rate: limits.Limit{Events: 2, Period: time.Minute}},
+		},
+	}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func ExampleWrap() {
 	r.Use(ginlimit.Wrap(m.Handler))
 	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
 	r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "hello") })
-	r.POST("/login", ginlimit.Wrap(login.Handler), func(c *gin.Context) { c.String(http.StatusOK, "welcome") })
+	r.POST("/login", func(c *gin.Context) { c.String(http.StatusOK, "welcome") })
 
 	for _, path := range []string{"/login", "/login", "/login", "/", "/healthz"} {
 		method := http.MethodGet

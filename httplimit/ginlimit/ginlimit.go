@@ -1,28 +1,28 @@
 // Package ginlimit runs net/http middleware, such as an httplimit
 // Middleware's Handler, in a gin handler chain.
 //
-// Register the service-wide Middleware on the engine and a route's
-// Middleware, made by httplimit's With, on the route:
+// Register the Middleware on the engine; routes' policies are found by
+// the request's method and path:
 //
-//	m, err := httplimit.New(httplimit.Config{MaxInFlight: 512, Rate: limits.Limit{Events: 100, Period: time.Minute}})
-//	if err != nil {
-//		log.Fatal(err)
-//	}
-//	login, err := m.With(httplimit.Policy{Name: "login", Rate: limits.Limit{Events: 5, Period: time.Minute}})
+//	m, err := httplimit.New(httplimit.Config{Limits: admit.Config{
+//		MaxInFlight: 512,
+//		Rate:        limits.Limit{Events: 100, Period: time.Minute},
+//		Policies: []admit.Policy{
+//			{Name: "login", Routes: []string{"POST /login"}, Rate: limits.Limit{Events: 5, Period: time.Minute}},
+//		},
+//	}})
 //	if err != nil {
 //		log.Fatal(err)
 //	}
 //	var loginHandler gin.HandlerFunc // your handler
 //	r := gin.New()
 //	r.Use(ginlimit.Wrap(m.Handler))
-//	r.POST("/login", ginlimit.Wrap(login.Handler), loginHandler)
+//	r.POST("/login", loginHandler)
 //
 // The rest of the chain runs inside the middleware: the handlers see the
-// request it passes on, whose context carries the request's place in the
-// gate (so httplimit.ReleaseCapacity(c.Request) works, and the route's
-// Middleware applies only its own policies, sharing the charges of the
-// service-wide one), and write through the writer it passes on. A request
-// the middleware refuses is answered by it and ends the chain.
+// request it passes on, and write through the writer it passes on, which
+// c.Writer unwraps to (so httplimit.ReleaseCapacity(c.Writer) works). A
+// request the middleware refuses is answered by it and ends the chain.
 package ginlimit
 
 import (

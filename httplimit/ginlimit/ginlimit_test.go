@@ -19,6 +19,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/httplimit"
 	"github.com/limitsgo/limits/httplimit/ginlimit"
 	"github.com/limitsgo/limits/internal/routertest"
@@ -35,28 +36,18 @@ func mustNew(t *testing.T, cfg httplimit.Config) *httplimit.Middleware {
 	return m
 }
 
-func mustWith(t *testing.T, m *httplimit.Middleware, p httplimit.Policy) *httplimit.Middleware {
-	t.Helper()
-	r, err := m.With(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
 func ok(c *gin.Context) { c.String(http.StatusOK, "ok") }
 
-// A route's policy applied through Wrap inside the service-wide Wrap
-// charges the route's bucket only, and its refusal gives back what the
-// service-wide layer charged: the request reaches the route's Middleware
-// with the context the service-wide one gave it.
+// A route's policy, found by the request's method and path, charges the
+// route's bucket after the service-wide one, and its refusal gives back
+// what the service-wide layer charged.
 func TestWrapRoutePolicy(t *testing.T) {
-	m := mustNew(t, httplimit.Config{MaxInFlight: 8, Rate: limits.Limit{Events: 10, Period: time.Minute}})
-	login := mustWith(t, m, httplimit.Policy{Name: "login", Rate: limits.Limit{Events: 3, Period: time.Minute}})
+	m := mustNew(t, httplimit.Config{Limits: admit.Config{MaxInFlight: 8, Rate: limits.Limit{Events: 10, Period: time.Minute},
+		Policies: []admit.Policy{{Name: "login", Routes: []string{"POST /login"}, Rate: limits.Limit{Events: 3, Period: time.Minute}}}}})
 	var served atomic.Int64
 	r := gin.New()
 	r.Use(ginlimit.Wrap(m.Handler))
-	r.POST("/login", ginlimit.Wrap(login.Handler), func(c *gin.Context) { served.Add(1); ok(c) })
+	r.POST("/login", func(c *gin.Context) { served.Add(1); ok(c) })
 	r.GET("/", ok)
 	srv := httptest.NewServer(r)
 	defer srv.Close()
@@ -76,7 +67,7 @@ func TestWrapRoutePolicy(t *testing.T) {
 	}
 	for range 2 {
 		res := routertest.Do(t, "POST", srv.URL+"/login")
-		if res.Code != http.StatusTooManyRequests || res.Problem.Reason != httplimit.ReasonRateLimited {
+		if res.Code != http.StatusTooManyRequests || res.Problem.Reason != limits.ReasonRateLimited.String() {
 			t.Fatalf("login over the policy: %d %+v, want 429 rate_limited", res.Code, res.Problem)
 		}
 		if len(res.Problem.Violated) != 1 || res.Problem.Violated[0] != "login" {
@@ -92,15 +83,14 @@ func TestWrapRoutePolicy(t *testing.T) {
 	if n := served.Load(); n != 3 {
 		t.Errorf("login handler ran %d times, want 3", n)
 	}
-	// 3 logins served and 1 request now: the refused logins cost nothing,
-	// and the route's Middleware did not charge the default bucket again.
+	// 3 logins served and 1 request now: the refused logins cost nothing.
 	res := routertest.Do(t, "GET", srv.URL+"/")
 	if got := res.Header.Get("RateLimit"); res.Code != http.StatusOK || !strings.HasPrefix(got, `"default";r=6;t=`) {
 		t.Errorf("after the refused logins: %d, RateLimit %q, want 200 and default r=6", res.Code, got)
 	}
-	s := m.Stats()
-	if s.Allowed != 4 || s.RateLimited != 2 {
-		t.Errorf("Stats: allowed %d, rate limited %d; want 4 and 2", s.Allowed, s.RateLimited)
+	s := m.Stats().Requests
+	if s[admit.Allowed] != 4 || s[limits.ReasonRateLimited] != 2 {
+		t.Errorf("Stats: allowed %d, rate limited %d; want 4 and 2", s[admit.Allowed], s[limits.ReasonRateLimited])
 	}
 }
 
@@ -108,7 +98,7 @@ func TestWrapRoutePolicy(t *testing.T) {
 // ReleaseCapacity(c.Request): another request gets in while it still runs.
 // One that does not release keeps the only place.
 func TestWrapReleaseCapacity(t *testing.T) {
-	m := mustNew(t, httplimit.Config{MaxInFlight: 1})
+	m := mustNew(t, httplimit.Config{Limits: admit.Config{MaxInFlight: 1}})
 	entered := make(chan struct{})
 	finish := make(chan struct{})
 	r := gin.New()
@@ -116,7 +106,7 @@ func TestWrapReleaseCapacity(t *testing.T) {
 	hold := func(release bool) gin.HandlerFunc {
 		return func(c *gin.Context) {
 			if release {
-				httplimit.ReleaseCapacity(c.Request)
+				httplimit.ReleaseCapacity(c.Writer)
 			}
 			entered <- struct{}{}
 			<-finish
@@ -141,7 +131,7 @@ func TestWrapReleaseCapacity(t *testing.T) {
 			t.Errorf("while %s runs: status %d, want %d", tc.path, res.Code, tc.want)
 		}
 		if tc.want == http.StatusServiceUnavailable {
-			if res.Problem.Reason != httplimit.ReasonServerBusy || res.Header.Get("Retry-After") != "1" {
+			if res.Problem.Reason != admit.ServerBusy.String() || res.Header.Get("Retry-After") != "1" {
 				t.Errorf("while %s runs: reason %q, Retry-After %q; want server_busy and 1", tc.path, res.Problem.Reason, res.Header.Get("Retry-After"))
 			}
 		}
@@ -158,7 +148,7 @@ func TestWrapReleaseCapacity(t *testing.T) {
 // A refusal ends the gin chain: neither the handlers nor the middleware
 // after Wrap run, and the middleware before it sees the refusal's status.
 func TestWrapAbortsOnRefusal(t *testing.T) {
-	m := mustNew(t, httplimit.Config{Rate: limits.Limit{Events: 1, Period: time.Minute}})
+	m := mustNew(t, httplimit.Config{Limits: admit.Config{Rate: limits.Limit{Events: 1, Period: time.Minute}}})
 	var after, handler atomic.Int64
 	var statuses []int
 	var mu sync.Mutex
@@ -182,7 +172,7 @@ func TestWrapAbortsOnRefusal(t *testing.T) {
 		t.Fatalf("first request: %d %q", res.Code, res.Body)
 	}
 	res := routertest.Do(t, "GET", srv.URL+"/")
-	if res.Code != http.StatusTooManyRequests || res.Problem.Reason != httplimit.ReasonRateLimited || res.Header.Get("Retry-After") == "" {
+	if res.Code != http.StatusTooManyRequests || res.Problem.Reason != limits.ReasonRateLimited.String() || res.Header.Get("Retry-After") == "" {
 		t.Fatalf("second request: %d %+v Retry-After %q, want 429 rate_limited with Retry-After", res.Code, res.Problem, res.Header.Get("Retry-After"))
 	}
 	if after.Load() != 1 || handler.Load() != 1 {
@@ -335,7 +325,7 @@ func TestWrapWritesThroughMiddleware(t *testing.T) {
 // gin.Context under it.
 func TestWrapTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := mustNew(t, httplimit.Config{MaxInFlight: 4, Timeout: time.Second})
+		m := mustNew(t, httplimit.Config{Limits: admit.Config{MaxInFlight: 4, Timeout: time.Second}})
 		var returned atomic.Bool
 		r := gin.New()
 		r.Use(ginlimit.Wrap(m.Handler))
@@ -365,7 +355,7 @@ func TestWrapTimeout(t *testing.T) {
 			t.Errorf("/slow: served in %v, want 2s (deadline, then the handler's second)", d)
 		}
 		var p routertest.Problem
-		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusServiceUnavailable || p.Reason != httplimit.ReasonRequestTimeout {
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusServiceUnavailable || p.Reason != admit.RequestTimeout.String() {
 			t.Errorf("/slow: %d %q, want 503 request_timeout alone", w.Code, w.Body)
 		}
 		if !w.Flushed {
@@ -387,7 +377,7 @@ func TestWrapPanic(t *testing.T) {
 	for _, timeout := range []time.Duration{0, time.Second} {
 		t.Run(fmt.Sprint("timeout=", timeout), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				m := mustNew(t, httplimit.Config{MaxInFlight: 1, Timeout: timeout})
+				m := mustNew(t, httplimit.Config{Limits: admit.Config{MaxInFlight: 1, Timeout: timeout}})
 				r := gin.New()
 				r.Use(gin.CustomRecoveryWithWriter(io.Discard, func(c *gin.Context, err any) {
 					c.String(http.StatusInternalServerError, "recovered: %v", err)
@@ -421,7 +411,7 @@ func TestWrapPanic(t *testing.T) {
 func TestWrapTimeoutConcurrent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 64
-		m := mustNew(t, httplimit.Config{MaxInFlight: n, Timeout: time.Second})
+		m := mustNew(t, httplimit.Config{Limits: admit.Config{MaxInFlight: n, Timeout: time.Second}})
 		var running atomic.Int64
 		r := gin.New()
 		r.Use(ginlimit.Wrap(m.Handler))
@@ -448,7 +438,7 @@ func TestWrapTimeoutConcurrent(t *testing.T) {
 				}
 				timedOut.Add(1)
 				var p routertest.Problem
-				if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusServiceUnavailable || p.Reason != httplimit.ReasonRequestTimeout || w.Header().Get("X-Ms") != "" {
+				if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusServiceUnavailable || p.Reason != admit.RequestTimeout.String() || w.Header().Get("X-Ms") != "" {
 					t.Errorf("%dms: %d %q %v, want request_timeout alone", ms, w.Code, w.Body, w.Header())
 				}
 			})
@@ -458,8 +448,8 @@ func TestWrapTimeoutConcurrent(t *testing.T) {
 			t.Errorf("%d handlers still running once every Wrap returned", k)
 		}
 		s := m.Stats()
-		if s.Allowed != n || s.RequestTimeout != uint64(timedOut.Load()) || timedOut.Load() != n-23 {
-			t.Errorf("Stats: allowed %d, request timeout %d; want %d and %d", s.Allowed, s.RequestTimeout, n, n-23)
+		if c := s.Requests; c[admit.Allowed] != n || c[admit.RequestTimeout] != uint64(timedOut.Load()) || timedOut.Load() != n-23 {
+			t.Errorf("Stats: allowed %d, request timeout %d; want %d and %d", c[admit.Allowed], c[admit.RequestTimeout], n, n-23)
 		}
 		if s.Gate == nil || s.Gate.InFlight != 0 || s.Gate.Admitted != n {
 			t.Errorf("gate: %+v, want %d admitted and none in flight", s.Gate, n)

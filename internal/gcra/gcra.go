@@ -48,6 +48,10 @@ type Policy struct {
 	// T is the emission interval, D = Burst*T how far a key's TAT may run
 	// ahead of now.
 	T, D Time
+	// Lead is how far a key's TAT may run ahead of the time it was written:
+	// D, or more while keys charged under an earlier policy whose D was
+	// larger may remain (see Judge).
+	Lead Time
 	// Exact reports whether T is exactly Period/Limit.
 	Exact bool
 }
@@ -55,6 +59,13 @@ type Policy struct {
 // New returns the policy of limit events per period in bursts of at most
 // burst, or an error saying which value is wrong, without a package prefix.
 func New(limit int, period time.Duration, burst int) (Policy, error) {
+	return Within(limit, period, burst, MaxDen)
+}
+
+// Within is New with a nanosecond cut into at most maxDen units, a power of
+// two from 1 to MaxDen: a policy that would need more rounds T up to the
+// nearest unit, which only ever errs strict.
+func Within(limit int, period time.Duration, burst int, maxDen uint64) (Policy, error) {
 	switch {
 	case limit < 1:
 		return Policy{}, fmt.Errorf("limit must be >= 1, got %d", limit)
@@ -66,13 +77,18 @@ func New(limit int, period time.Duration, burst int) (Policy, error) {
 	p := Policy{Limit: limit, Period: period, Burst: burst, Exact: true}
 	g := gcd(uint64(period), uint64(limit))
 	p.Den, p.TU = uint64(limit)/g, uint64(period)/g
-	if p.Den > MaxDen {
-		// period*2^32 / limit, rounded up: limit > 2^32 > period>>32.
-		q, r := bits.Div64(uint64(period)>>32, uint64(period)<<32, uint64(limit))
+	if p.Den > maxDen {
+		// period*maxDen / limit, rounded up: limit > maxDen, so the
+		// quotient fits.
+		shift := uint(bits.TrailingZeros64(maxDen))
+		q, r := bits.Div64(uint64(period)>>(64-shift), uint64(period)<<shift, uint64(limit))
+		if shift == 0 {
+			q, r = uint64(period)/uint64(limit), uint64(period)%uint64(limit)
+		}
 		if r != 0 {
 			q++
 		}
-		p.Den, p.TU, p.Exact = MaxDen, q, false
+		p.Den, p.TU, p.Exact = maxDen, q, false
 	}
 	p.T = Time{NS: int64(p.TU / p.Den), Frac: p.TU % p.Den}
 	hi, lo := bits.Mul64(uint64(burst), p.TU)
@@ -84,7 +100,35 @@ func New(limit int, period time.Duration, burst int) (Policy, error) {
 		return Policy{}, p.tooLong()
 	}
 	p.D = Time{NS: int64(q), Frac: r}
+	p.Lead = p.D
 	return p, nil
+}
+
+// Convert returns t, a time in units of a nanosecond cut into from, in
+// units of p's, rounded up.
+func (p *Policy) Convert(t Time, from uint64) Time {
+	return p.convert(t, from, true)
+}
+
+// ConvertDown is Convert rounded down: for a charge to give back, which
+// must never give back more than was taken.
+func (p *Policy) ConvertDown(t Time, from uint64) Time {
+	return p.convert(t, from, false)
+}
+
+func (p *Policy) convert(t Time, from uint64, up bool) Time {
+	if from == p.Den || t.Frac == 0 {
+		return t
+	}
+	hi, lo := bits.Mul64(t.Frac, p.Den)
+	q, r := bits.Div64(hi, lo, from) // hi < from, as Frac < from
+	if r != 0 && up {
+		q++
+	}
+	if q >= p.Den {
+		return Time{NS: t.NS + 1}
+	}
+	return Time{NS: t.NS, Frac: q}
 }
 
 func (p *Policy) tooLong() error {
@@ -169,16 +213,19 @@ func (p *Policy) Decide(ahead Time, n int, charge bool) Result {
 }
 
 // Judge is the decision of Decide without its report: whether the request
-// is allowed, and the key's lead after it.
+// is allowed, and the key's lead after it. A lead above Lead is taken as
+// Lead; one between D and Lead (a key charged under an earlier policy of a
+// larger burst) is kept, and refused a positive cost until it falls to D
+// less the cost. A cost of 0 is always allowed.
 func (p *Policy) Judge(ahead Time, n int, charge bool) (allowed bool, after Time) {
 	if !Positive(ahead) {
 		ahead = Time{}
-	} else if Less(p.D, ahead) {
-		ahead = p.D
+	} else if Less(p.Lead, ahead) {
+		ahead = p.Lead
 	}
 	next := p.Add(ahead, p.Cost(n))
 	switch {
-	case Less(p.D, next):
+	case n > 0 && Less(p.D, next):
 		return false, ahead
 	case charge:
 		return true, next
@@ -188,7 +235,7 @@ func (p *Policy) Judge(ahead Time, n int, charge bool) (allowed bool, after Time
 
 // Report builds the Result of a decision made elsewhere (by the Redis
 // script): allowed or refused for cost n, with the key's TAT ahead of now
-// by ahead, 0 <= ahead <= D, after the decision.
+// by ahead, 0 <= ahead <= Lead, after the decision.
 func (p *Policy) Report(allowed bool, ahead Time, n int) Result {
 	r := Result{Allowed: allowed, Ahead: ahead, ResetAfter: time.Duration(Ceil(ahead)), Remaining: p.remaining(ahead)}
 	if !allowed {
@@ -232,6 +279,12 @@ func (p *Policy) remaining(ahead Time) int {
 // When rounded, the result errs by less than a nanosecond, and only
 // towards owing more.
 func (p *Policy) Refund(cur, charged, now Time, n int, rounded bool) Time {
+	return p.RefundCost(cur, charged, now, p.Cost(n), rounded)
+}
+
+// RefundCost is Refund for a charge whose cost, in p's units, is cost: a
+// charge made under an earlier policy.
+func (p *Policy) RefundCost(cur, charged, now, cost Time, rounded bool) Time {
 	low := charged
 	if rounded && p.Den > 1 {
 		low.NS--
@@ -240,8 +293,8 @@ func (p *Policy) Refund(cur, charged, now Time, n int, rounded bool) Time {
 	if !Positive(left) {
 		return cur
 	}
-	if c := p.Cost(n); Less(c, left) {
-		left = c
+	if Less(cost, left) {
+		left = cost
 	}
 	next := p.Sub(cur, left)
 	if Less(next, now) {

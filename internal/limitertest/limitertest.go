@@ -34,12 +34,23 @@ type Factory func(t *testing.T, limit int, period time.Duration, burst int) limi
 // Run runs the suite against the limiters newLimiter makes, as subtests of
 // t. granularity is the step of the limiter's clock: 0 for one that reads
 // time.Now, a microsecond for Redis's TIME.
+// reasonAllowed is the Reason of an allowed request, the zero Reason.
+const reasonAllowed limits.Reason = 0
+
 func Run(t *testing.T, granularity time.Duration, newLimiter Factory) {
 	t.Run("Sequences", func(t *testing.T) { testSequences(t, granularity, newLimiter) })
 	t.Run("AgainstModel", func(t *testing.T) { testAgainstModel(t, granularity, newLimiter) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, newLimiter) })
 	t.Run("Recovery", func(t *testing.T) { testRecovery(t, granularity, newLimiter) })
 	t.Run("Refund", func(t *testing.T) { testRefund(t, granularity, newLimiter) })
+	t.Run("SetLimit", func(t *testing.T) { testSetLimit(t, granularity, newLimiter) })
+}
+
+// Setter is a limiter whose limit changes while it serves, as
+// limits.GCRA.SetLimit and redislimit.GCRA.SetLimit change it: burst 0
+// means limit.
+type Setter interface {
+	SetLimit(limit int, period time.Duration, burst int) error
 }
 
 // policy is a limiter's configuration, with its arithmetic.
@@ -66,20 +77,21 @@ func (p policy) times(k int64) int64 {
 // checkIdentities checks what must hold of any decision on a request of
 // cost n, whatever the time. ResetAfter is the key's lead rounded up to
 // the nanosecond, so the exact lead lies in (ResetAfter-1ns, ResetAfter],
-// and Remaining and RetryAfter must be what one of those leads gives.
+// and Remaining and RetryAfter must be what one of those leads gives. The
+// lead is at most D, or p.p.Lead after a change to a smaller burst.
 func (p policy) checkIdentities(t *testing.T, what string, n int, d limits.Decision) {
 	t.Helper()
 	if d.Limit != p.limit || d.Period != p.period || d.Burst != p.burst || d.Cost != n {
 		t.Errorf("%s: policy %d/%v burst %d cost %d, want %d/%v burst %d cost %d", what, d.Limit, d.Period, d.Burst, d.Cost, p.limit, p.period, p.burst, n)
 	}
-	if d.Allowed != (d.Reason == limits.ReasonAllowed) {
+	if d.Allowed != (d.Reason == reasonAllowed) {
 		t.Errorf("%s: Allowed %v with Reason %v", what, d.Allowed, d.Reason)
 	}
 	if d.At.IsZero() || time.Until(d.At).Abs() > time.Minute {
 		t.Errorf("%s: At %v is not the time of the decision", what, d.At)
 	}
-	if d.ResetAfter < 0 || int64(d.ResetAfter) > gcra.Ceil(p.p.D) {
-		t.Errorf("%s: ResetAfter %v outside [0, burst*T = %v]", what, d.ResetAfter, time.Duration(gcra.Ceil(p.p.D)))
+	if d.ResetAfter < 0 || int64(d.ResetAfter) > gcra.Ceil(p.p.Lead) {
+		t.Errorf("%s: ResetAfter %v outside [0, %v]", what, d.ResetAfter, time.Duration(gcra.Ceil(p.p.Lead)))
 	}
 	hi := gcra.Time{NS: int64(d.ResetAfter)}
 	lo := hi
@@ -308,7 +320,7 @@ func testAgainstModel(t *testing.T, granularity time.Duration, newLimiter Factor
 				t.Fatalf("%s: %v", what, err)
 			}
 			p.checkIdentities(t, what, n, d)
-			want := step{reason: limits.ReasonAllowed, allowed: true}
+			want := step{reason: reasonAllowed, allowed: true}
 			switch {
 			case n < 0:
 				want = step{reason: limits.ReasonInvalidCost}
@@ -471,4 +483,87 @@ func testRefund(t *testing.T, granularity time.Duration, newLimiter Factory) {
 	if d, err := f.Take(ctx, "k", 1); err != nil || d.Allowed && time.Since(d2.At) < time.Duration(q.times(1))-granularity {
 		t.Errorf("a late refund of an old charge let a request through: %+v, %v", d, err)
 	}
+}
+
+// testSetLimit changes the limit of a limiter that is a Setter between
+// requests, to a stricter limit and then a looser one, and checks that
+// each key keeps its state by the one rule: a key's TAT is kept, so that
+// under a stricter limit a key that owes more than the new burst waits,
+// with an exact RetryAfter, until it owes the new burst less the cost;
+// no change hands out a fresh burst; and a refund of a decision made
+// before a change gives back what that decision charged. The periods are
+// so long that no key recovers anything during the test.
+func testSetLimit(t *testing.T, granularity time.Duration, newLimiter Factory) {
+	ctx := context.Background()
+	p0 := newPolicy(10, 1000*time.Hour, 10) // T 100h, D 1000h
+	l := newLimiter(t, p0.limit, p0.period, p0.burst)
+	s, isSetter := l.(Setter)
+	if !isSetter {
+		t.Skipf("%T has no SetLimit", l)
+	}
+	start := time.Now()
+	p := p0
+	check := func(key string, n int, want step) limits.Decision {
+		t.Helper()
+		d, err := l.Take(ctx, key, n)
+		slack := time.Since(start) + granularity
+		what := fmt.Sprintf("at %d/%v burst %d: Take(%s, %d)", p.limit, p.period, p.burst, key, n)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		p.checkIdentities(t, what, n, d)
+		if d.Allowed != want.allowed || d.Reason != want.reason || d.Remaining != want.remaining {
+			t.Errorf("%s: %+v, want allowed %v, reason %v, remaining %d", what, d, want.allowed, want.reason, want.remaining)
+		}
+		checkNear(t, what+": RetryAfter", d.RetryAfter, p.times(want.retry), slack)
+		checkNear(t, what+": ResetAfter", d.ResetAfter, p.times(want.reset), slack)
+		return d
+	}
+	set := func(limit int, period time.Duration, burst int) {
+		t.Helper()
+		if err := s.SetLimit(limit, period, burst); err != nil {
+			t.Fatalf("SetLimit(%d, %v, %d): %v", limit, period, burst, err)
+		}
+		if burst == 0 {
+			burst = limit
+		}
+		next := newPolicy(limit, period, burst)
+		// Keys charged before may run as far ahead as the limit before
+		// let them.
+		if lead := next.p.Convert(p.p.Lead, p.p.Den); gcra.Less(next.p.D, lead) {
+			next.p.Lead = lead
+		}
+		p = next
+	}
+
+	check("k", 8, ok("k", 8, 2, 8))         // k owes 800h
+	j := check("j", 4, ok("j", 4, 6, 4))    // j owes 400h
+	set(5, 1000*time.Hour, 3)               // T 200h, D 600h
+	check("k", 1, limited("k", 1, 0, 2, 4)) // k owes 800h: 400h to wait
+	// A cost of 0 is allowed even while the key owes more than the burst,
+	// with nothing remaining.
+	check("k", 0, ok("k", 0, 0, 4))
+	check("k", 4, refused("k", 4, limits.ReasonCostAboveBurst, 0, 4))
+	check("j", 1, ok("j", 1, 0, 3))         // 400h + 200h: the new burst, no more
+	check("j", 1, limited("j", 1, 0, 1, 3)) // no fresh burst
+	check("new", 3, ok("new", 3, 0, 3))     // a new key: the new burst
+	check("new", 1, limited("new", 1, 0, 1, 3))
+	// The refund of j's first charge gives back its 4*100h, not 4*200h.
+	if err := l.Refund(ctx, "j", j); err != nil {
+		t.Fatalf("Refund across a change: %v", err)
+	}
+	check("j", 0, ok("j", 0, 2, 1))
+	set(20, 1000*time.Hour, 0) // T 50h, D 1000h
+	// k owes 800h: the looser limit adds 200h of room, 4 requests, not
+	// a fresh burst of 20.
+	check("k", 5, limited("k", 5, 4, 1, 16))
+	check("k", 4, ok("k", 4, 0, 20))
+	check("k", 1, limited("k", 1, 0, 1, 20))
+	check("j", 0, ok("j", 0, 16, 4))
+	for _, bad := range [][3]int{{0, 1, 1}, {1, 0, 1}, {1, 1, -1}} {
+		if err := s.SetLimit(bad[0], time.Duration(bad[1])*time.Hour, bad[2]); err == nil {
+			t.Errorf("SetLimit(%d, %dh, %d) accepted", bad[0], bad[1], bad[2])
+		}
+	}
+	check("k", 0, ok("k", 0, 0, 20)) // at 20 per 1000h still
 }

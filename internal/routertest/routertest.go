@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/httplimit"
 )
 
@@ -62,7 +64,7 @@ func Do(t *testing.T, method, url string) Response {
 // refills one request every period.
 func CheckRefusal(t *testing.T, what string, res Response, policy string, period int) {
 	t.Helper()
-	if res.Code != http.StatusTooManyRequests || res.Problem.Status != http.StatusTooManyRequests || res.Problem.Reason != httplimit.ReasonRateLimited {
+	if res.Code != http.StatusTooManyRequests || res.Problem.Status != http.StatusTooManyRequests || res.Problem.Reason != limits.ReasonRateLimited.String() {
 		t.Fatalf("%s: %d %q, want 429 rate_limited", what, res.Code, res.Body)
 	}
 	if len(res.Problem.Violated) != 1 || res.Problem.Violated[0] != policy {
@@ -112,7 +114,13 @@ func RouterLimits(t *testing.T, newRouter func() (http.Handler, *httplimit.Middl
 		}
 	}
 	CheckRefusal(t, "request 61", Do(t, "GET", srv.URL+"/"), "default", 1)
-	CheckRefusal(t, "login over both", Do(t, "POST", srv.URL+"/login"), "default", 1)
+	// Over both, refused by the service-wide rate, the first: Retry-After
+	// is when both would allow it, the login policy's, about 12 s off.
+	both := Do(t, "POST", srv.URL+"/login")
+	CheckRefusal(t, "login over both", both, "default", 12)
+	if s, _ := strconv.Atoi(both.Header.Get("Retry-After")); s < 2 {
+		t.Errorf("login over both: Retry-After %d s, want the login policy's wait, not the service-wide rate's 1 s", s)
+	}
 
 	for range 3 {
 		res := Do(t, "GET", srv.URL+"/healthz")
@@ -120,9 +128,9 @@ func RouterLimits(t *testing.T, newRouter func() (http.Handler, *httplimit.Middl
 			t.Errorf("/healthz of a limited client: %d %q RateLimit %q, want 200 and no limit", res.Code, res.Body, res.Header.Get("RateLimit"))
 		}
 	}
-	s := m.Stats()
-	if s.Allowed != 60 || s.RateLimited != 5 || s.Exempt != 3 {
-		t.Errorf("Stats: allowed %d, rate limited %d, exempt %d; want 60, 5, 3", s.Allowed, s.RateLimited, s.Exempt)
+	s := m.Stats().Requests
+	if s[admit.Allowed] != 60 || s[limits.ReasonRateLimited] != 5 || s[admit.Exempt] != 3 {
+		t.Errorf("Stats: allowed %d, rate limited %d, exempt %d; want 60, 5, 3", s[admit.Allowed], s[limits.ReasonRateLimited], s[admit.Exempt])
 	}
 }
 

@@ -4,19 +4,12 @@ go 1.26.0
 
 // Modules of this repository: required at the repository's version
 // (VERSION), built from the working tree here.
-require (
-	github.com/limitsgo/limits v0.1.0
-	github.com/limitsgo/limits/limitsprom/internal/otelexport v0.1.0
-	github.com/limitsgo/limits/limitsprom/internal/series v0.1.0
-)
+require github.com/limitsgo/limits v0.1.0
 
-replace (
-	github.com/limitsgo/limits => ../..
-	github.com/limitsgo/limits/limitsprom/internal/otelexport => ../internal/otelexport
-	github.com/limitsgo/limits/limitsprom/internal/series => ../internal/series
-)
+replace github.com/limitsgo/limits => ../..
 
 require (
+	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 )
@@ -27,7 +20,6 @@ require (
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
-	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect

@@ -5,7 +5,7 @@
 // its cleanup, as after a panic.
 //
 // Start skips the test when no redis-server binary is found, unless the
-// environment variable LIMITS_REQUIRE_REDIS is 1 (as in continuous
+// environment variable LIMITSTEST_REQUIRE_REDIS is 1 (as in continuous
 // integration), which makes a missing binary a failure instead.
 package redistest
 
@@ -27,7 +27,7 @@ import (
 
 // RequireEnv is the environment variable that, set to 1, turns a missing
 // redis-server into a test failure instead of a skip.
-const RequireEnv = "LIMITS_REQUIRE_REDIS"
+const RequireEnv = "LIMITSTEST_REQUIRE_REDIS"
 
 // startTimeout bounds the wait for a server to accept connections.
 const startTimeout = 10 * time.Second
@@ -63,7 +63,7 @@ func Binary() string {
 // Start starts a redis-server on a free loopback port, with no RDB
 // snapshots and no append-only file, waits until it answers PING, and
 // stops it when tb's test ends. Without a redis-server binary it skips tb,
-// or fails it if LIMITS_REQUIRE_REDIS=1.
+// or fails it if LIMITSTEST_REQUIRE_REDIS=1.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
 	return start(tb)
@@ -102,7 +102,7 @@ func start(tb testing.TB, extra ...string) *Server {
 //
 //	func TestMain(m *testing.M) { os.Exit(redistest.Main(m, "REDIS_ADDR")) }
 //
-// Without a redis-server binary it fails the run if LIMITS_REQUIRE_REDIS=1,
+// Without a redis-server binary it fails the run if LIMITSTEST_REQUIRE_REDIS=1,
 // and otherwise runs the tests with the examples skipped: tests that need
 // a server skip themselves through Start. It returns the exit code.
 func Main(m *testing.M, env string) int {

@@ -8,7 +8,7 @@
 //	go run ./examples/server -duration 30s    # serve, and stop after 30 seconds
 //	go run ./examples/server -demo            # call itself as a few clients, print what each got
 //
-// The LIMITS_* variables of grpclimit.Config.LoadEnv change the limits,
+// The LIMITS_* variables of admit.Config.LoadEnv change the limits,
 // such as LIMITS_RATE=100/min. Loopback is a trusted proxy, so a local
 // client may name the client it stands for in x-forwarded-for, as the
 // demo's clients do; the server listens on loopback only.
@@ -44,6 +44,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/grpclimit"
 )
 
@@ -68,18 +69,18 @@ func run(args []string, out, logs io.Writer) error {
 	if err := loopback(*addr); err != nil {
 		return err
 	}
-	cfg := grpclimit.Config{
+	cfg := grpclimit.Config{Limits: admit.Config{
 		MaxInFlight:          32,
 		QueueWait:            10 * time.Millisecond,
 		Timeout:              2 * time.Second,
 		Rate:                 limits.Limit{Events: 10, Period: time.Second},
-		CallerKey:            grpclimit.MetadataKey("authorization"),
+		CallerKey:            "authorization",
 		MaxInFlightPerClient: 8,
 		MaxStreamsPerClient:  2,
 		TrustedProxies:       []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")},
 		Logger:               slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	}
-	if err := cfg.LoadEnv("", nil); err != nil {
+	}}
+	if err := cfg.Limits.LoadEnv("", nil); err != nil {
 		return err
 	}
 	l, err := grpclimit.New(cfg)
@@ -195,8 +196,8 @@ func (c *client) record(err error) {
 	switch r := grpclimit.ReasonOf(err); {
 	case err == nil:
 		c.results["ok"]++
-	case r != "":
-		c.results[r]++
+	case r != admit.Allowed:
+		c.results[r.String()]++
 	default:
 		c.results[status.Code(err).String()]++
 	}

@@ -17,6 +17,7 @@ import (
 	coder "github.com/coder/websocket"
 	gorilla "github.com/gorilla/websocket"
 
+	"github.com/limitsgo/limits/admit"
 	"github.com/limitsgo/limits/httplimit"
 )
 
@@ -144,7 +145,7 @@ var libraries = []library{
 func TestWebSocketGivesPlaceBack(t *testing.T) {
 	for _, lib := range libraries {
 		t.Run(lib.name, func(t *testing.T) {
-			m, err := httplimit.New(httplimit.Config{MaxInFlight: 2})
+			m, err := httplimit.New(httplimit.Config{Limits: admit.Config{MaxInFlight: 2}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -220,7 +221,7 @@ func TestWebSocketGivesPlaceBack(t *testing.T) {
 			}
 			handlers.Wait()
 			s := m.Stats()
-			if s.Gate.InFlight != 0 || s.Allowed != 11 || s.ServerBusy != 1 || s.Gate.Peak != 2 {
+			if s.Gate.InFlight != 0 || s.Requests[admit.Allowed] != 11 || s.Requests[admit.ServerBusy] != 1 || s.Gate.Peak != 2 {
 				t.Errorf("Stats after the sockets closed: %+v, gate %+v", s, *s.Gate)
 			}
 		})

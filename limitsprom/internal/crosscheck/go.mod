@@ -8,15 +8,7 @@ require (
 	github.com/limitsgo/limits v0.1.0
 	github.com/limitsgo/limits/grpclimit v0.1.0
 	github.com/limitsgo/limits/limitsprom v0.1.0
-	github.com/limitsgo/limits/limitsprom/grpclimitprom v0.1.0
-	github.com/limitsgo/limits/limitsprom/internal/grpcseries v0.1.0 // indirect
-	github.com/limitsgo/limits/limitsprom/internal/otelexport v0.1.0 // indirect
-	github.com/limitsgo/limits/limitsprom/internal/redisseries v0.1.0 // indirect
-	github.com/limitsgo/limits/limitsprom/internal/series v0.1.0 // indirect
 	github.com/limitsgo/limits/limitsprom/limitsotel v0.1.0
-	github.com/limitsgo/limits/limitsprom/limitsotel/grpclimitotel v0.1.0
-	github.com/limitsgo/limits/limitsprom/limitsotel/redislimitotel v0.1.0
-	github.com/limitsgo/limits/limitsprom/redislimitprom v0.1.0
 	github.com/limitsgo/limits/redislimit v0.1.0
 )
 
@@ -24,15 +16,7 @@ replace (
 	github.com/limitsgo/limits => ../../..
 	github.com/limitsgo/limits/grpclimit => ../../../grpclimit
 	github.com/limitsgo/limits/limitsprom => ../..
-	github.com/limitsgo/limits/limitsprom/grpclimitprom => ../../grpclimitprom
-	github.com/limitsgo/limits/limitsprom/internal/grpcseries => ../grpcseries
-	github.com/limitsgo/limits/limitsprom/internal/otelexport => ../otelexport
-	github.com/limitsgo/limits/limitsprom/internal/redisseries => ../redisseries
-	github.com/limitsgo/limits/limitsprom/internal/series => ../series
 	github.com/limitsgo/limits/limitsprom/limitsotel => ../../limitsotel
-	github.com/limitsgo/limits/limitsprom/limitsotel/grpclimitotel => ../../limitsotel/grpclimitotel
-	github.com/limitsgo/limits/limitsprom/limitsotel/redislimitotel => ../../limitsotel/redislimitotel
-	github.com/limitsgo/limits/limitsprom/redislimitprom => ../../redislimitprom
 	github.com/limitsgo/limits/redislimit => ../../../redislimit
 )
 
@@ -54,6 +38,7 @@ require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect

@@ -1,12 +1,12 @@
-// Package promexport makes the prometheus.Collector of a series.Set, for
-// package limitsprom and its subpackages.
+// Package promexport makes the prometheus.Collector of a metrics.Set, for
+// package limitsprom.
 package promexport
 
 import (
 	"errors"
 	"unicode/utf8"
 
-	"github.com/limitsgo/limits/limitsprom/internal/series"
+	"github.com/limitsgo/limits/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -17,9 +17,9 @@ const nameLabel = "name"
 // Collector returns the collector of set, whose metrics are labelled
 // name="<name>". An empty or invalid UTF-8 name makes a collector whose
 // registration fails with an error prefixed pkg.
-func Collector(pkg, name string, set series.Set) prometheus.Collector {
-	if name == "" || !utf8.ValidString(name) {
-		return &collector{invalid: prometheus.NewInvalidDesc(errors.New(pkg + ": the name must be a non-empty UTF-8 string"))}
+func Collector(pkg, name string, set metrics.Set) prometheus.Collector {
+	if err := CheckName(pkg, name); err != nil {
+		return &collector{invalid: prometheus.NewInvalidDesc(err)}
 	}
 	c := &collector{set: set, descs: make([]*prometheus.Desc, len(set.Metrics))}
 	for i, m := range set.Metrics {
@@ -28,10 +28,19 @@ func Collector(pkg, name string, set series.Set) prometheus.Collector {
 	return c
 }
 
+// CheckName returns an error prefixed pkg if name cannot be a
+// component's name: empty, or not UTF-8.
+func CheckName(pkg, name string) error {
+	if name == "" || !utf8.ValidString(name) {
+		return errors.New(pkg + ": the name must be a non-empty UTF-8 string")
+	}
+	return nil
+}
+
 // collector is the prometheus.Collector of one component: the
 // descriptions of its metrics, and the Set that reads them.
 type collector struct {
-	set     series.Set
+	set     metrics.Set
 	descs   []*prometheus.Desc // of set.Metrics, in order
 	invalid *prometheus.Desc   // set instead for an invalid name
 }
@@ -60,7 +69,7 @@ type emitter struct {
 	ch chan<- prometheus.Metric
 }
 
-var valueTypes = [...]prometheus.ValueType{series.Counter: prometheus.CounterValue, series.Gauge: prometheus.GaugeValue}
+var valueTypes = [...]prometheus.ValueType{metrics.Counter: prometheus.CounterValue, metrics.Gauge: prometheus.GaugeValue}
 
 // Value sends the value of a counter or a gauge. An error, which the
 // descriptions made here cannot cause, is sent as an invalid metric, for

@@ -1,6 +1,6 @@
-// Package promtest holds the checks the tests of limitsprom and its
-// subpackages make of every exposition: the conventions of the metrics'
-// names, types, help and labels, and promlint's.
+// Package promtest holds the checks the tests of limitsprom and of the
+// exporters' cross-check make of every exposition: the conventions of the
+// metrics' names, types, help and labels, and promlint's.
 package promtest
 
 import (
@@ -16,41 +16,45 @@ import (
 )
 
 // Types holds the type of every metric the module exports.
-var Types = map[string]dto.MetricType{
-	"limits_gate_capacity":                dto.MetricType_GAUGE,
-	"limits_gate_in_flight":               dto.MetricType_GAUGE,
-	"limits_gate_peak_in_flight":          dto.MetricType_GAUGE,
-	"limits_gate_waiting":                 dto.MetricType_GAUGE,
-	"limits_gate_admitted_total":          dto.MetricType_COUNTER,
-	"limits_gate_shed_total":              dto.MetricType_COUNTER,
-	"limits_gate_timed_out_total":         dto.MetricType_COUNTER,
-	"limits_gate_waited_total":            dto.MetricType_COUNTER,
-	"limits_gate_overloaded":              dto.MetricType_GAUGE,
-	"limits_gate_overloads_total":         dto.MetricType_COUNTER,
-	"limits_gate_wait_seconds_total":      dto.MetricType_COUNTER,
-	"limits_gate_priority_capacity":       dto.MetricType_GAUGE,
-	"limits_gate_priority_admitted_total": dto.MetricType_COUNTER,
-	"limits_gate_priority_shed_total":     dto.MetricType_COUNTER,
-	"limits_gcra_keys":                    dto.MetricType_GAUGE,
-	"limits_gcra_max_keys":                dto.MetricType_GAUGE,
-	"limits_gcra_table_full_total":        dto.MetricType_COUNTER,
-	"limits_http_requests_total":          dto.MetricType_COUNTER,
-	"limits_http_policy_requests_total":   dto.MetricType_COUNTER,
-	"limits_http_policy_keys":             dto.MetricType_GAUGE,
-	"limits_http_policy_max_keys":         dto.MetricType_GAUGE,
-	"limits_grpc_requests_total":          dto.MetricType_COUNTER,
-	"limits_grpc_policy_requests_total":   dto.MetricType_COUNTER,
-	"limits_grpc_policy_keys":             dto.MetricType_GAUGE,
-	"limits_grpc_policy_max_keys":         dto.MetricType_GAUGE,
-	"limits_redis_calls_total":            dto.MetricType_COUNTER,
-	"limits_redis_failures_total":         dto.MetricType_COUNTER,
-	"limits_redis_fallbacks_total":        dto.MetricType_COUNTER,
-	"limits_redis_call_duration_seconds":  dto.MetricType_HISTOGRAM,
-}
+var Types = func() map[string]dto.MetricType {
+	t := map[string]dto.MetricType{
+		"limits_gate_capacity":                dto.MetricType_GAUGE,
+		"limits_gate_in_flight":               dto.MetricType_GAUGE,
+		"limits_gate_peak_in_flight":          dto.MetricType_GAUGE,
+		"limits_gate_waiting":                 dto.MetricType_GAUGE,
+		"limits_gate_admitted_total":          dto.MetricType_COUNTER,
+		"limits_gate_shed_total":              dto.MetricType_COUNTER,
+		"limits_gate_timed_out_total":         dto.MetricType_COUNTER,
+		"limits_gate_waited_total":            dto.MetricType_COUNTER,
+		"limits_gate_overloaded":              dto.MetricType_GAUGE,
+		"limits_gate_overloads_total":         dto.MetricType_COUNTER,
+		"limits_gate_wait_seconds_total":      dto.MetricType_COUNTER,
+		"limits_gate_priority_capacity":       dto.MetricType_GAUGE,
+		"limits_gate_priority_admitted_total": dto.MetricType_COUNTER,
+		"limits_gate_priority_shed_total":     dto.MetricType_COUNTER,
+		"limits_gcra_keys":                    dto.MetricType_GAUGE,
+		"limits_gcra_max_keys":                dto.MetricType_GAUGE,
+		"limits_gcra_table_full_total":        dto.MetricType_COUNTER,
+		"limits_redis_calls_total":            dto.MetricType_COUNTER,
+		"limits_redis_failures_total":         dto.MetricType_COUNTER,
+		"limits_redis_fallbacks_total":        dto.MetricType_COUNTER,
+		"limits_redis_call_duration_seconds":  dto.MetricType_HISTOGRAM,
+	}
+	// Every front end's, by subsystem and the label of its routes.
+	for sub, route := range map[string]string{"http": "route", "grpc": "method", "admit": "route"} {
+		for _, n := range []string{"requests_total", "shadow_refusals_total", "policy_requests_total", "policy_shadow_refusals_total", route + "_requests_total"} {
+			t["limits_"+sub+"_"+n] = dto.MetricType_COUNTER
+		}
+		t["limits_"+sub+"_policy_keys"] = dto.MetricType_GAUGE
+		t["limits_"+sub+"_policy_max_keys"] = dto.MetricType_GAUGE
+	}
+	return t
+}()
 
 // boundedLabels are the labels metrics may carry, each with a value set
 // fixed by the code or the configuration.
-var boundedLabels = map[string]bool{"name": true, "layer": true, "outcome": true, "policy": true, "priority": true, "op": true, "result": true, "kind": true}
+var boundedLabels = map[string]bool{"name": true, "layer": true, "outcome": true, "policy": true, "route": true, "method": true,
+	"priority": true, "op": true, "result": true, "kind": true}
 
 // Scrape returns the metric families served at url, in the text format.
 func Scrape(t testing.TB, url string) map[string]*dto.MetricFamily {

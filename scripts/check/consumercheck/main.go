@@ -5,7 +5,9 @@
 // It first checks the go.mod files: every module of the repository that
 // another one requires is required at VERSION, and every module of the
 // repository in a module's graph is replaced by its directory in the
-// working tree. It then builds a file-based module proxy (the layout of
+// working tree. It checks that no released module imports an internal
+// package of another module, unless docs/RELEASING.md states why the two
+// are released in lockstep. It then builds a file-based module proxy (the layout of
 // the module proxy protocol: @v/list, .info, .mod and .zip) holding each
 // released module at VERSION and, for each consumer of a fixed set, makes
 // a module in a temporary directory outside the repository, go gets the
@@ -67,15 +69,18 @@ var (
 	ginMods   = []string{corePath + "/httplimit/ginlimit", "github.com/gin-gonic/"}
 )
 
+// The consumers: each front end with the exporter it would use. One
+// exporter serves every component, so a consumer's graph grows only with
+// the front ends and clients it imports itself.
 var consumers = []consumer{
-	{"core", []string{".", "httplimit", "adaptive", "heavy"}, concat(grpcMods, redisMods, otelMods, promMods, ginMods)},
+	{"core", []string{".", "httplimit", "adaptive", "heavy", "admit", "metrics"}, concat(grpcMods, redisMods, otelMods, promMods, ginMods)},
 	{"http", []string{".", "httplimit", "limitsprom"}, concat(grpcMods, redisMods, otelMods, ginMods)},
 	{"gin", []string{".", "httplimit", "httplimit/ginlimit"}, concat(grpcMods, redisMods, otelMods, promMods)},
 	// gRPC's own module requires OpenTelemetry's: only ours is denied.
-	{"grpc", []string{".", "grpclimit", "limitsprom/grpclimitprom"}, concat(redisMods, otelMods[:1])},
-	{"redis", []string{".", "redislimit", "limitsprom/redislimitprom"}, concat(grpcMods, otelMods)},
-	{"otel", []string{".", "httplimit", "limitsprom/limitsotel", "grpclimit", "limitsprom/limitsotel/grpclimitotel",
-		"redislimit", "limitsprom/limitsotel/redislimitotel"}, promMods},
+	{"grpc", []string{".", "grpclimit", "limitsprom"}, concat(redisMods, otelMods[:1], ginMods)},
+	{"redis", []string{".", "httplimit", "redislimit", "limitsprom"}, concat(grpcMods, otelMods, ginMods)},
+	{"otel-http", []string{".", "httplimit", "limitsprom/limitsotel"}, concat(grpcMods, redisMods, promMods, ginMods)},
+	{"otel", []string{".", "httplimit", "grpclimit", "redislimit", "limitsprom/limitsotel"}, concat(promMods, ginMods)},
 	{"all", nil, nil},
 }
 
@@ -98,6 +103,9 @@ type mod struct {
 	released bool
 	// pkgs are its public packages: neither internal nor commands.
 	pkgs []string
+	// imports maps each of its packages, commands and internal ones
+	// included, to the packages its non-test files import.
+	imports map[string][]string
 }
 
 var (
@@ -159,6 +167,11 @@ func run() error {
 			released = append(released, m)
 		}
 	}
+	releasing, err := os.ReadFile(filepath.Join(*root, "docs", "RELEASING.md"))
+	if err != nil {
+		return fmt.Errorf("reading the reasons for lockstep releases: %v", err)
+	}
+	problems = append(problems, checkInternal(mods, string(releasing))...)
 	if *tags {
 		for _, m := range dependencyOrder(released) {
 			dir, _ := filepath.Rel(*root, m.dir)
@@ -350,6 +363,76 @@ func checkRequires(mods []*mod) []string {
 	return problems
 }
 
+// checkInternal checks that no released module imports an internal
+// package of another module of the repository, in the files a consumer
+// builds (tests aside), unless releasing states why the two modules are
+// released in lockstep: a paragraph of it names both the importing
+// module's directory and the internal package's, each in backquotes,
+// such as "`redislimit` imports the core's `internal/gcra`". An internal
+// package carries no compatibility promise, so such an import breaks a
+// consumer that upgrades one module without the other.
+func checkInternal(mods []*mod, releasing string) []string {
+	paragraphs := strings.Split(strings.ReplaceAll(releasing, "\r\n", "\n"), "\n\n")
+	stated := func(a, b string) bool {
+		for _, p := range paragraphs {
+			p = strings.Join(strings.Fields(p), " ")
+			if strings.Contains(p, "`"+a+"`") && strings.Contains(p, "`"+b+"`") {
+				return true
+			}
+		}
+		return false
+	}
+	owner := func(pkg string) *mod {
+		var best *mod
+		for _, m := range mods {
+			if (pkg == m.path || strings.HasPrefix(pkg, m.path+"/")) && (best == nil || len(m.path) > len(best.path)) {
+				best = m
+			}
+		}
+		return best
+	}
+	dirOf := func(pkg string) string {
+		if pkg == corePath {
+			return "."
+		}
+		return strings.TrimPrefix(pkg, corePath+"/")
+	}
+	var problems []string
+	for _, m := range mods {
+		if !m.released {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, pkg := range sortedKeys(keysOf(m.imports)) {
+			for _, imp := range m.imports[pkg] {
+				if seen[imp] || !strings.HasSuffix(imp, "/internal") && !strings.Contains(imp, "/internal/") {
+					continue
+				}
+				seen[imp] = true
+				o := owner(imp)
+				if o == nil || o == m {
+					continue
+				}
+				from, to := dirOf(m.path), dirOf(imp)
+				if !stated(from, to) {
+					problems = append(problems, fmt.Sprintf("%s imports %s, an internal package of module %s (in %s): make it public, "+
+						"or state in docs/RELEASING.md why the two modules are released in lockstep, in a paragraph naming `%s` and `%s`",
+						m.path, imp, o.path, pkg, from, to))
+				}
+			}
+		}
+	}
+	return problems
+}
+
+func keysOf(m map[string][]string) map[string]bool {
+	k := make(map[string]bool, len(m))
+	for p := range m {
+		k[p] = true
+	}
+	return k
+}
+
 func relDir(from, to string) string {
 	r, err := filepath.Rel(from, to)
 	if err != nil {
@@ -373,7 +456,7 @@ func sortedKeys(m map[string]bool) []string {
 
 // listPackages sets m.pkgs and whether m is released.
 func listPackages(m *mod) error {
-	cmd := exec.Command("go", "list", "-e", "-f", "{{.ImportPath}} {{.Name}} {{len .GoFiles}}", "./...")
+	cmd := exec.Command("go", "list", "-e", "-f", `{{.ImportPath}} {{.Name}} {{len .GoFiles}} {{join .Imports ","}}`, "./...")
 	cmd.Dir = m.dir
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
 	out, err := output(cmd)
@@ -381,9 +464,13 @@ func listPackages(m *mod) error {
 		return fmt.Errorf("listing the packages of %s: %v", m.path, err)
 	}
 	any := false
+	m.imports = map[string][]string{}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(line)
-		if len(f) != 3 || f[2] == "0" || f[1] == "main" {
+		if len(f) == 4 {
+			m.imports[f[0]] = strings.Split(f[3], ",")
+		}
+		if len(f) < 3 || f[2] == "0" || f[1] == "main" {
 			continue
 		}
 		any = true

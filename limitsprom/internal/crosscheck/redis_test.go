@@ -1,0 +1,141 @@
+package crosscheck
+
+import (
+	"context"
+	"math"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limitsgo/limits"
+	"github.com/limitsgo/limits/limitsprom"
+	"github.com/limitsgo/limits/limitsprom/internal/promtest"
+	"github.com/limitsgo/limits/limitsprom/limitsotel"
+	"github.com/limitsgo/limits/redislimit"
+	"github.com/limitsgo/limits/redislimit/redistest"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestRedis sends known calls through a Redis GCRA, then makes one fail
+// with the server gone, and scrapes its metrics over loopback.
+func TestRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { c.Close() })
+	local := limits.NewGCRA(2, time.Hour)
+	g, err := redislimit.New(c, 2, time.Hour, redislimit.WithPrefix("limitsprom:test:"), redislimit.WithFallback(local))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	if err := limitsprom.Register(reg, "fleet", g); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
+	defer ts.Close()
+
+	ctx := context.Background()
+	var allowed []limits.Decision
+	for range 3 {
+		d, err := g.Allow(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			allowed = append(allowed, d)
+		}
+	}
+	if len(allowed) != 2 {
+		t.Fatalf("%d of 3 allowed, want 2", len(allowed))
+	}
+	if err := g.Refund(ctx, "k", allowed[1]); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	if d, err := g.Allow(ctx, "k"); err != nil || !d.Allowed {
+		t.Fatalf("with Redis gone, the fallback's decision: %+v, %v", d, err)
+	}
+
+	want := `
+# HELP limits_redis_calls_total Calls of the Redis GCRA's scripts, by operation (decide or refund) and result (ok, or failed: no answer in time, or an error).
+# TYPE limits_redis_calls_total counter
+limits_redis_calls_total{name="fleet",op="decide",result="failed"} 1
+limits_redis_calls_total{name="fleet",op="decide",result="ok"} 3
+limits_redis_calls_total{name="fleet",op="refund",result="failed"} 0
+limits_redis_calls_total{name="fleet",op="refund",result="ok"} 1
+# HELP limits_redis_failures_total Failed calls to Redis by kind: timeout, connection, canceled (by the caller), server (an error reply) or other.
+# TYPE limits_redis_failures_total counter
+limits_redis_failures_total{kind="canceled",name="fleet"} 0
+limits_redis_failures_total{kind="connection",name="fleet"} 1
+limits_redis_failures_total{kind="other",name="fleet"} 0
+limits_redis_failures_total{kind="server",name="fleet"} 0
+limits_redis_failures_total{kind="timeout",name="fleet"} 0
+# HELP limits_redis_fallbacks_total Decisions made by the local fallback GCRA because Redis gave none.
+# TYPE limits_redis_fallbacks_total counter
+limits_redis_fallbacks_total{name="fleet"} 1
+`
+	url := ts.URL
+	if err := testutil.ScrapeAndCompare(url, strings.NewReader(want), "limits_redis_calls_total", "limits_redis_failures_total", "limits_redis_fallbacks_total"); err != nil {
+		t.Error(err)
+	}
+	fams := promtest.Scrape(t, url)
+	promtest.CheckConventions(t, fams)
+	h := fams["limits_redis_call_duration_seconds"].GetMetric()[0].GetHistogram()
+	if h.GetSampleCount() != 5 || h.GetSampleSum() <= 0 || h.GetSampleSum() > 10 {
+		t.Errorf("histogram: %d calls in %vs, want 5 calls in (0, 10s]", h.GetSampleCount(), h.GetSampleSum())
+	}
+	bs := h.GetBucket()
+	if len(bs) != redislimit.LatencyBuckets+1 || !math.IsInf(bs[len(bs)-1].GetUpperBound(), 1) || bs[len(bs)-1].GetCumulativeCount() != 5 {
+		t.Fatalf("buckets %v, want %d and +Inf holding every call", bs, redislimit.LatencyBuckets)
+	}
+	var prev uint64
+	for i, b := range bs[:redislimit.LatencyBuckets] {
+		if want := 25e-6 * float64(uint64(1)<<i); math.Abs(b.GetUpperBound()-want) > want*1e-9 {
+			t.Errorf("bucket %d: bound %v, want %v", i, b.GetUpperBound(), want)
+		}
+		if b.GetCumulativeCount() < prev {
+			t.Errorf("bucket %d: %d calls, fewer than the bucket before", i, b.GetCumulativeCount())
+		}
+		prev = b.GetCumulativeCount()
+	}
+	promtest.Lint(t, reg)
+}
+
+// TestRedisRegister checks that two Redis GCRAs register side by side
+// under different names, not twice under one, and that a nil one is
+// refused by both exporters.
+func TestRedisRegister(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	newGCRA := func() *redislimit.GCRA {
+		g, err := redislimit.New(c, 1, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := limitsprom.Register(reg, "a", newGCRA()); err != nil {
+		t.Fatal(err)
+	}
+	if err := limitsprom.Register(reg, "b", newGCRA()); err != nil {
+		t.Errorf("a second GCRA under another name: %v", err)
+	}
+	if err := limitsprom.Register(reg, "a", newGCRA()); err == nil {
+		t.Error("a second GCRA under the same name: no error")
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Error(err)
+	}
+	if err := limitsprom.Register(reg, "c", (*redislimit.GCRA)(nil)); err == nil {
+		t.Error("limitsprom: a nil GCRA: no error")
+	}
+	meter, _ := newMeter()
+	if _, err := limitsotel.Register(meter, "c", (*redislimit.GCRA)(nil)); err == nil {
+		t.Error("limitsotel: a nil GCRA: no error")
+	}
+}

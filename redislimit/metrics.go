@@ -1,0 +1,66 @@
+package redislimit
+
+// This file describes a GCRA's metrics for the exporters of package
+// metrics, so that they export a Redis GCRA as they export the core's
+// components, without linking a Redis client themselves.
+
+import "github.com/limitsgo/limits/metrics"
+
+// latencyBounds are the upper bounds of the buckets of CallStats.Latency,
+// in seconds.
+var latencyBounds = func() []float64 {
+	b := make([]float64, LatencyBuckets)
+	for i := range b {
+		b[i] = Latency{}.Bound(i).Seconds()
+	}
+	return b
+}()
+
+// failureKinds are the label values of the fields of Failures, in order.
+var failureKinds = [...]string{"timeout", "connection", "canceled", "server", "other"}
+
+// Metrics returns the description of g's metrics and what reads them,
+// from Stats and CallStats, for the exporters of package metrics
+// (limitsprom.Register, limitsotel.Register):
+//
+//	limits_redis_calls_total{op, result}    counter    script calls: op decide or refund, result ok or failed
+//	limits_redis_failures_total{kind}       counter    failed calls: timeout, connection, canceled, server, other
+//	limits_redis_fallbacks_total            counter    decisions made by the fallback GCRA
+//	limits_redis_call_duration_seconds      histogram  time calls took, answered or not, in the buckets of Latency
+//
+// The kinds of failure add up to the failed calls. The set reads g's
+// counters when an exporter collects, and costs g's calls nothing more.
+func (g *GCRA) Metrics() metrics.Set {
+	const sub = "redis"
+	return metrics.Set{
+		Metrics: []metrics.Metric{
+			{Subsystem: sub, Name: "calls", Kind: metrics.Counter, Unit: "{call}", Labels: []string{"op", "result"},
+				Help: "Calls of the Redis GCRA's scripts, by operation (decide or refund) and result (ok, or failed: no answer in time, or an error)."},
+			{Subsystem: sub, Name: "failures", Kind: metrics.Counter, Unit: "{call}", Labels: []string{"kind"},
+				Help: "Failed calls to Redis by kind: timeout, connection, canceled (by the caller), server (an error reply) or other."},
+			{Subsystem: sub, Name: "fallbacks", Kind: metrics.Counter, Unit: "{request}",
+				Help: "Decisions made by the local fallback GCRA because Redis gave none."},
+			{Subsystem: sub, Name: "call_duration", Kind: metrics.Histogram, Unit: "s",
+				Help: "Time calls to Redis took, answered or not."},
+		},
+		Read: func(e metrics.Emitter) {
+			s, cs := g.Stats(), g.CallStats()
+			e.Value(0, metrics.Count(s.Answered), "decide", "ok")
+			e.Value(0, metrics.Count(s.Errors), "decide", "failed")
+			e.Value(0, metrics.Count(s.Refunds), "refund", "ok")
+			e.Value(0, metrics.Count(s.RefundErrors), "refund", "failed")
+			f := cs.Failures
+			for i, n := range [len(failureKinds)]uint64{f.Timeout, f.Connection, f.Canceled, f.Server, f.Other} {
+				e.Value(1, metrics.Count(n), failureKinds[i])
+			}
+			e.Value(2, metrics.Count(s.Fallbacks))
+			cum := make([]uint64, len(latencyBounds))
+			var n uint64
+			for i := range cum {
+				n += cs.Latency.Counts[i]
+				cum[i] = n
+			}
+			e.Histogram(3, cs.Latency.Count, cs.Latency.Sum.Seconds(), latencyBounds, cum)
+		},
+	}
+}
