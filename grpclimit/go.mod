@@ -4,7 +4,7 @@ go 1.26.0
 
 // Modules of this repository: required at the repository's version
 // (VERSION), built from the working tree here.
-require github.com/limitsgo/limits v0.1.0
+require github.com/limitsgo/limits v0.2.0
 
 replace github.com/limitsgo/limits => ../
 

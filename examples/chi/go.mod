@@ -4,7 +4,7 @@ go 1.25
 
 require (
 	github.com/go-chi/chi/v5 v5.5.0
-	github.com/limitsgo/limits v0.1.0
+	github.com/limitsgo/limits v0.2.0
 )
 
 replace github.com/limitsgo/limits => ../..

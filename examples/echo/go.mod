@@ -4,7 +4,7 @@ go 1.25.0
 
 require (
 	github.com/labstack/echo/v4 v4.16.0
-	github.com/limitsgo/limits v0.1.0
+	github.com/limitsgo/limits v0.2.0
 )
 
 require (

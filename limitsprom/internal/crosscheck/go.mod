@@ -5,11 +5,11 @@ go 1.26.0
 // Modules of this repository: required at the repository's version
 // (VERSION), built from the working tree here.
 require (
-	github.com/limitsgo/limits v0.1.0
-	github.com/limitsgo/limits/grpclimit v0.1.0
-	github.com/limitsgo/limits/limitsprom v0.1.0
-	github.com/limitsgo/limits/limitsprom/limitsotel v0.1.0
-	github.com/limitsgo/limits/redislimit v0.1.0
+	github.com/limitsgo/limits v0.2.0
+	github.com/limitsgo/limits/grpclimit v0.2.0
+	github.com/limitsgo/limits/limitsprom v0.2.0
+	github.com/limitsgo/limits/limitsprom/limitsotel v0.2.0
+	github.com/limitsgo/limits/redislimit v0.2.0
 )
 
 replace (
