@@ -265,7 +265,7 @@ func (r *benchReport) httpNotes(procs int) []string {
 	ga, gb, rb := r.httpAllocs("HttplimitGateRate", serial, procs), r.httpBytes("HttplimitGateRate", serial, procs), r.httpBytes("HttplimitRate", serial, procs)
 	if ok(rs, rp, gs, gp, ra, ga, gb, rb) {
 		out = append(out, fmt.Sprintf("The gate adds %s ns per request from one goroutine and %s ns from 8, and %s allocations "+
-			"(%s bytes): with a gate, the middleware hands the handler a copy of the request whose context holds the request's place.",
+			"(%s bytes) to a rate's.",
 			report.Ns(gs-rs), report.Ns(gp-rp), whole(ga-ra), whole(gb-rb)))
 	}
 	return out
