@@ -530,3 +530,34 @@ func TestLimiterFailureInDecision(t *testing.T) {
 		}
 	}
 }
+
+// TestShadowGate checks the gate in shadow mode: a request it would refuse
+// goes on, counted as a would-be server_busy, and takes no place; enforced
+// by an update, the gate refuses.
+func TestShadowGate(t *testing.T) {
+	cfg := admit.Config{MaxInFlight: 1, Shadow: []string{"gate"}}
+	e := mustNew(t, cfg)
+	var held, second admit.Ticket
+	if err := e.Admit(ctx, &admit.Request{Peer: "192.0.2.1:1"}, &held); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Admit(ctx, &admit.Request{Peer: "192.0.2.2:1"}, &second); err != nil {
+		t.Fatalf("a gate in shadow mode refused: %v", err)
+	}
+	s := e.Stats()
+	if s.Shadow[admit.ServerBusy] != 1 || s.Requests[admit.ServerBusy] != 0 || s.Gate.InFlight != 1 {
+		t.Errorf("shadow %v, requests %v, in flight %d; want one would-be server_busy, one inside", s.Shadow, s.Requests, s.Gate.InFlight)
+	}
+	second.Done(adaptive.Success)
+	if g := e.Stats().Gate; g.InFlight != 1 {
+		t.Errorf("the request let through in shadow mode gave back a place: %d inside", g.InFlight)
+	}
+	cfg.Shadow = nil
+	if err := e.Update(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := outcome(t, e, admit.Request{Peer: "192.0.2.3:1"}); got != "server_busy/" {
+		t.Errorf("enforced: %s", got)
+	}
+	held.Done(adaptive.Success)
+}
