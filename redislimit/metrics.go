@@ -28,9 +28,57 @@ var failureKinds = [...]string{"timeout", "connection", "canceled", "server", "o
 //	limits_redis_fallbacks_total            counter    decisions made by the fallback GCRA
 //	limits_redis_call_duration_seconds      histogram  time calls took, answered or not, in the buckets of Latency
 //
+// and, for a GCRA with leases (WithLeases), from LeaseStats:
+//
+//	limits_redis_leases_total                   counter  lease calls Redis answered with at least one slot
+//	limits_redis_leases_ahead_total             counter  of them, those taken ahead
+//	limits_redis_lease_ahead_failures_total     counter  leases taken ahead that failed
+//	limits_redis_lease_slots_granted_total      counter  slots the leases granted
+//	limits_redis_lease_slots_expired_total      counter  slots dropped unspent when their time passed
+//	limits_redis_lease_slots_returned_total     counter  slots given back by ReturnLeases or SetLimit
+//	limits_redis_lease_slots_held               gauge    slots in hand now
+//	limits_redis_local_decisions_total          counter  decisions made without a call
+//
 // The kinds of failure add up to the failed calls. The set reads g's
 // counters when an exporter collects, and costs g's calls nothing more.
 func (g *GCRA) Metrics() metrics.Set {
+	set := g.callMetrics()
+	if !g.leases {
+		return set
+	}
+	const sub = "redis"
+	first := len(set.Metrics)
+	set.Metrics = append(set.Metrics,
+		metrics.Metric{Subsystem: sub, Name: "leases", Kind: metrics.Counter, Unit: "{call}",
+			Help: "Lease calls Redis answered with at least one slot, taken ahead or not."},
+		metrics.Metric{Subsystem: sub, Name: "leases_ahead", Kind: metrics.Counter, Unit: "{call}",
+			Help: "Leases taken ahead, while the key's slots in hand were still being spent (counted in limits_redis_leases_total too)."},
+		metrics.Metric{Subsystem: sub, Name: "lease_ahead_failures", Kind: metrics.Counter, Unit: "{call}",
+			Help: "Leases taken ahead that failed; they decided no request."},
+		metrics.Metric{Subsystem: sub, Name: "lease_slots_granted", Kind: metrics.Counter, Unit: "{slot}",
+			Help: "Emission slots the leases granted."},
+		metrics.Metric{Subsystem: sub, Name: "lease_slots_expired", Kind: metrics.Counter, Unit: "{slot}",
+			Help: "Slots dropped unspent when their time passed: the leases' under-admission."},
+		metrics.Metric{Subsystem: sub, Name: "lease_slots_returned", Kind: metrics.Counter, Unit: "{slot}",
+			Help: "Slots given back to Redis by ReturnLeases or SetLimit, or dropped by them."},
+		metrics.Metric{Subsystem: sub, Name: "lease_slots_held", Kind: metrics.Gauge, Unit: "{slot}",
+			Help: "Slots in hand now, leased and not yet spent, expired or returned."},
+		metrics.Metric{Subsystem: sub, Name: "local_decisions", Kind: metrics.Counter, Unit: "{request}",
+			Help: "Decisions made without a call to Redis: from the slots in hand, and refusals while Redis had granted none."},
+	)
+	read := set.Read
+	set.Read = func(e metrics.Emitter) {
+		read(e)
+		l := g.LeaseStats()
+		for i, v := range [...]uint64{l.Leases, l.Ahead, l.AheadErrors, l.Slots, l.Expired, l.Returned, l.Held, l.Local} {
+			e.Value(first+i, metrics.Count(v))
+		}
+	}
+	return set
+}
+
+// callMetrics returns the metrics every GCRA has, those of its calls.
+func (g *GCRA) callMetrics() metrics.Set {
 	const sub = "redis"
 	return metrics.Set{
 		Metrics: []metrics.Metric{

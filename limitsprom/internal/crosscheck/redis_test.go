@@ -139,3 +139,86 @@ func TestRedisRegister(t *testing.T) {
 		t.Error("limitsotel: a nil GCRA: no error")
 	}
 }
+
+// TestRedisLeases drives a Redis GCRA with leases on a real redis-server
+// (two keys, slots given back, slots left in hand) and checks that
+// Prometheus and OpenTelemetry both report its LeaseStats, each field as
+// its metric, and that a GCRA without leases reports no lease metrics.
+func TestRedisLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	g, err := redislimit.New(c, 100, time.Hour, redislimit.WithPrefix("crosscheck:leases:"), redislimit.WithLeases(8, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := redislimit.New(c, 100, time.Hour, redislimit.WithPrefix("crosscheck:plain:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	meter, reader := newMeter()
+	promReg := prometheus.NewPedanticRegistry()
+	register(t, promReg, meter, "leased", g)
+	register(t, promReg, meter, "plain", plain)
+
+	ctx := context.Background()
+	allow := func(key string, n int) {
+		for range n {
+			if d, err := g.Allow(ctx, key); err != nil || !d.Allowed {
+				t.Fatalf("%s: %+v, %v", key, d, err)
+			}
+		}
+	}
+	allow("a", 30)
+	allow("b", 5)
+	if _, err := g.ReturnLeases(ctx); err != nil {
+		t.Fatal(err)
+	}
+	allow("a", 2)
+	if _, err := plain.Allow(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A lease taken ahead may still be on its way: read once the stats
+	// stand still on both sides of a collection.
+	var ls redislimit.LeaseStats
+	var prom, otel map[string]point
+	for i := 0; ; i++ {
+		before := g.LeaseStats()
+		prom, otel = fromProm(t, promReg), fromOTel(t, reader)
+		if ls = g.LeaseStats(); ls == before {
+			break
+		}
+		if i == 1000 {
+			t.Fatalf("lease stats still moving: %+v, then %+v", before, ls)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if ls.Leases < 2 || ls.Slots < 32 || ls.Returned == 0 || ls.Held == 0 || ls.Local == 0 {
+		t.Fatalf("lease stats %+v: the traffic should have leased, returned, held and decided locally", ls)
+	}
+	for name, want := range map[string]struct {
+		v       uint64
+		counter bool
+	}{
+		"leases":               {ls.Leases, true},
+		"leases_ahead":         {ls.Ahead, true},
+		"lease_ahead_failures": {ls.AheadErrors, true},
+		"lease_slots_granted":  {ls.Slots, true},
+		"lease_slots_expired":  {ls.Expired, true},
+		"lease_slots_returned": {ls.Returned, true},
+		"lease_slots_held":     {ls.Held, false},
+		"local_decisions":      {ls.Local, true},
+	} {
+		key := "limits.redis." + name + "{name=leased}"
+		for exporter, got := range map[string]map[string]point{"Prometheus": prom, "OpenTelemetry": otel} {
+			if p, ok := got[key]; !ok || p != (point{float64(want.v), want.counter}) {
+				t.Errorf("%s %s: %+v (found: %v), want %d (counter: %v)", exporter, key, p, ok, want.v, want.counter)
+			}
+		}
+		if p, ok := prom["limits.redis."+name+"{name=plain}"]; ok {
+			t.Errorf("the GCRA without leases reports %s: %+v", name, p)
+		}
+	}
+	promtest.Lint(t, promReg)
+}
