@@ -42,7 +42,7 @@ var failureKinds = [...]string{"timeout", "connection", "canceled", "server", "o
 // The kinds of failure add up to the failed calls. The set reads g's
 // counters when an exporter collects, and costs g's calls nothing more.
 func (g *GCRA) Metrics() metrics.Set {
-	set := g.callMetrics()
+	set := callMetrics(g.Stats, g.CallStats)
 	if !g.leases {
 		return set
 	}
@@ -77,8 +77,15 @@ func (g *GCRA) Metrics() metrics.Set {
 	return set
 }
 
-// callMetrics returns the metrics every GCRA has, those of its calls.
-func (g *GCRA) callMetrics() metrics.Set {
+// Metrics returns the description of q's metrics and what reads them, for
+// the exporters of package metrics: those of a GCRA without leases (see
+// GCRA.Metrics), from q's Stats and CallStats. A Quota has no fallback:
+// limits_redis_fallbacks_total stays 0.
+func (q *Quota) Metrics() metrics.Set { return callMetrics(q.Stats, q.CallStats) }
+
+// callMetrics returns the metrics of a limiter's calls to Redis, read
+// from stats and calls.
+func callMetrics(stats func() Stats, calls func() CallStats) metrics.Set {
 	const sub = "redis"
 	return metrics.Set{
 		Metrics: []metrics.Metric{
@@ -92,7 +99,7 @@ func (g *GCRA) callMetrics() metrics.Set {
 				Help: "Time calls to Redis took, answered or not."},
 		},
 		Read: func(e metrics.Emitter) {
-			s, cs := g.Stats(), g.CallStats()
+			s, cs := stats(), calls()
 			e.Value(0, metrics.Count(s.Answered), "decide", "ok")
 			e.Value(0, metrics.Count(s.Errors), "decide", "failed")
 			e.Value(0, metrics.Count(s.Refunds), "refund", "ok")

@@ -12,6 +12,7 @@ import (
 	"github.com/limitsgo/limits/limitsprom"
 	"github.com/limitsgo/limits/limitsprom/internal/promtest"
 	"github.com/limitsgo/limits/limitsprom/limitsotel"
+	"github.com/limitsgo/limits/quota"
 	"github.com/limitsgo/limits/redislimit"
 	"github.com/limitsgo/limits/redislimit/redistest"
 	"github.com/prometheus/client_golang/prometheus"
@@ -221,4 +222,69 @@ func TestRedisLeases(t *testing.T) {
 		}
 	}
 	promtest.Lint(t, promReg)
+}
+
+// TestRedisQuota checks that a Redis quota exports its calls as a Redis
+// GCRA does, the same numbers through Prometheus and OpenTelemetry.
+func TestRedisQuota(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	q, err := redislimit.NewQuota(c, quota.Config{Limit: 3}, redislimit.WithPrefix("crosscheck:quota:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	meter, reader := newMeter()
+	promReg := prometheus.NewPedanticRegistry()
+	register(t, promReg, meter, "daily", q)
+	ctx := context.Background()
+	var last limits.Decision
+	for range 5 {
+		d, err := q.Allow(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			last = d
+		}
+	}
+	if err := q.Refund(ctx, "k", last); err != nil {
+		t.Fatal(err)
+	}
+	prom, otel := fromProm(t, promReg), fromOTel(t, reader)
+	s := q.Stats()
+	if s.Answered != 5 || s.Refunds != 1 {
+		t.Fatalf("Stats %+v, want 5 decisions answered and 1 refund", s)
+	}
+	for key, want := range map[string]uint64{
+		"limits.redis.calls{name=daily,op=decide,result=ok}":     s.Answered,
+		"limits.redis.calls{name=daily,op=decide,result=failed}": s.Errors,
+		"limits.redis.calls{name=daily,op=refund,result=ok}":     s.Refunds,
+		"limits.redis.fallbacks{name=daily}":                     0,
+	} {
+		if p, ok := prom[key]; !ok || p != (point{float64(want), true}) {
+			t.Errorf("Prometheus %s: %+v (found: %v), want %d", key, p, ok, want)
+		}
+	}
+	if len(prom) != 4+5+1 {
+		t.Errorf("%d Prometheus series, want 10: calls, 5 kinds of failure, fallbacks", len(prom))
+	}
+	for k, p := range prom {
+		if o, ok := otel[k]; !ok || o != p {
+			t.Errorf("%s: Prometheus %+v, OpenTelemetry %+v (found: %v)", k, p, o, ok)
+		}
+	}
+	fams := promtest.Scrape(t, serve(t, promReg))
+	if h := fams["limits_redis_call_duration_seconds"].GetMetric()[0].GetHistogram(); h.GetSampleCount() != 6 {
+		t.Errorf("call duration histogram: %d calls, want 6", h.GetSampleCount())
+	}
+	promtest.Lint(t, promReg)
+}
+
+// serve serves reg's metrics over loopback until the test ends, and
+// returns the URL.
+func serve(t *testing.T, reg *prometheus.Registry) string {
+	ts := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
+	t.Cleanup(ts.Close)
+	return ts.URL
 }
