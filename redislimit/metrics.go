@@ -1,8 +1,8 @@
 package redislimit
 
-// This file describes a GCRA's metrics for the exporters of package
-// metrics, so that they export a Redis GCRA as they export the core's
-// components, without linking a Redis client themselves.
+// This file describes the metrics of a GCRA and of a Quota for the
+// exporters of package metrics, so that they export them as they export
+// the core's components, without linking a Redis client themselves.
 
 import "github.com/limitsgo/limits/metrics"
 

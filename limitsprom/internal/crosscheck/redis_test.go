@@ -36,8 +36,7 @@ func TestRedis(t *testing.T) {
 	if err := limitsprom.Register(reg, "fleet", g); err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
-	defer ts.Close()
+	url := serve(t, reg)
 
 	ctx := context.Background()
 	var allowed []limits.Decision
@@ -79,7 +78,6 @@ limits_redis_failures_total{kind="timeout",name="fleet"} 0
 # TYPE limits_redis_fallbacks_total counter
 limits_redis_fallbacks_total{name="fleet"} 1
 `
-	url := ts.URL
 	if err := testutil.ScrapeAndCompare(url, strings.NewReader(want), "limits_redis_calls_total", "limits_redis_failures_total", "limits_redis_fallbacks_total"); err != nil {
 		t.Error(err)
 	}
